@@ -1,0 +1,31 @@
+# Two commands do all set-up: `make demo` runs the main job, `make test` the test suite.
+# Each creates .venv with pip if it is missing.
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test test-fast bench lint clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/remat demo
+
+test: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(PY) -m pytest
+
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -m "not slow"
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/remat bench
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests benchmarks examples
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,82 @@
+"""remat: numerical definitions with gradient checkpointing that captures closures.
+
+>>> import remat as rm
+>>> w = rm.ones((3, 3))
+>>> loss = lambda x: rm.sum(rm.checkpoint(lambda h: rm.tanh(h @ w), x))
+>>> rm.grad(loss)(rm.zeros((2, 3))).shape
+(2, 3)
+"""
+
+from remat import dtypes, tree
+from remat.autodiff import grad, value_and_grad, vjp
+from remat.checkpoint import checkpoint, remat
+from remat.dtypes import bool_, float32, float64, int32, int64
+from remat.errors import DTypeError, RematError, ShapeError, TracerError
+from remat.graph import Graph, Node, Var
+from remat.jit import jit
+from remat.ops import (
+    abs,
+    add,
+    arange,
+    argmax,
+    argmin,
+    astype,
+    broadcast_to,
+    checkpoint_name,
+    clip,
+    concat,
+    cos,
+    divide,
+    equal,
+    exp,
+    expand_dims,
+    eye,
+    flip,
+    full,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    log1p,
+    logical_and,
+    logical_not,
+    logical_or,
+    matmul,
+    matrix_transpose,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    ones,
+    ones_like,
+    pad,
+    permute_dims,
+    pow,
+    prod,
+    reshape,
+    sign,
+    sin,
+    slice,
+    sqrt,
+    square,
+    squeeze,
+    stack,
+    stop_gradient,
+    subtract,
+    sum,
+    take,
+    tanh,
+    tensordot,
+    transpose,
+    where,
+    zeros,
+    zeros_like,
+)
+from remat.trace import Tensor, asarray, make_graph
+
+__version__ = "0.1.0"

@@ -1,0 +1,181 @@
+"""The NumPy evaluator: runs a Graph node by node, freeing every buffer right after its last use
+and counting the bytes it holds, so the peak it reports is what the schedule really needs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from remat.graph import Graph, Var
+
+
+def _slice(x, *, start, stop, step):
+    return x[tuple(slice(a, b, s) for a, b, s in zip(start, stop, step))]
+
+
+def _pad(x, *, lo, hi, interior):
+    spans = [n + (n - 1) * i if n else 0 for n, i in zip(x.shape, interior)]
+    out = np.zeros([a + s + b for a, s, b in zip(lo, spans, hi)], x.dtype)
+    out[tuple(slice(a, a + s, i + 1) for a, s, i in zip(lo, spans, interior))] = x
+    return out
+
+
+def _index_add(x, idx, upd, *, axis):
+    out = x.copy()
+    np.add.at(out, (slice(None),) * axis + (idx,), upd)
+    return out
+
+
+def _checkpoint(*args, body, saved, policy, memory=None):
+    return tuple(run(body, args, memory))
+
+
+IMPLS: dict[str, Callable] = {
+    "negative": np.negative, "abs": np.abs, "sign": np.sign, "exp": np.exp, "log": np.log,
+    "log1p": np.log1p, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+    "logical_not": np.logical_not,
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+    "pow": np.power, "maximum": np.maximum, "minimum": np.minimum,
+    "equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
+    "greater": np.greater, "greater_equal": np.greater_equal,
+    "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "where": np.where,
+    "convert": lambda x, *, dtype: x.astype(dtype),
+    "sum": lambda x, *, axes: np.sum(x, axis=axes),
+    "prod": lambda x, *, axes: np.prod(x, axis=axes),
+    "max": lambda x, *, axes: np.max(x, axis=axes),
+    "min": lambda x, *, axes: np.min(x, axis=axes),
+    "argmax": lambda x, *, axis: np.argmax(x, axis=axis),
+    "argmin": lambda x, *, axis: np.argmin(x, axis=axis),
+    "reshape": lambda x, *, shape: np.reshape(x, shape),
+    "permute_dims": lambda x, *, axes: np.transpose(x, axes),
+    "broadcast_to": lambda x, *, shape: np.broadcast_to(x, shape),
+    "concat": lambda *xs, axis: np.concatenate(xs, axis=axis),
+    "slice": _slice,
+    "pad": _pad,
+    "flip": lambda x, *, axes: np.flip(x, axes),
+    "matmul": np.matmul,
+    "take": lambda x, idx, *, axis: np.take(x, idx, axis=axis),
+    "index_add": _index_add,
+    "stop_gradient": lambda x: x,
+    "barrier": lambda *xs: xs,
+    "checkpoint_name": lambda x, *, name: x,
+    "checkpoint": _checkpoint,
+}
+
+_BLOCKS = {"checkpoint"}  # ops that run sub-graphs and so take the memory counter
+
+
+def apply(op: str, values: list[np.ndarray], params: dict, avals, memory=None) -> list[np.ndarray]:
+    """Run one op on arrays; outputs come back as arrays of exactly the declared dtypes."""
+    fn = IMPLS[op]
+    if op in _BLOCKS:
+        out = fn(*values, memory=memory, **params)
+    else:
+        out = fn(*values, **params)
+    outs = out if isinstance(out, tuple) else (out,)
+    return [np.asarray(o).astype(a.dtype, copy=False) for o, a in zip(outs, avals)]
+
+
+class Memory:
+    """Live bytes of the buffers a run allocated. Views share their base buffer's count, and
+    arrays the caller passed in (inputs, constants) are not the run's to count."""
+
+    def __init__(self):
+        self.live = 0
+        self.peak = 0
+        self._refs: dict[int, list] = {}  # id(base) -> [base, nbytes, refcount]
+        self._external: set[int] = set()
+        self.timeline: list[int] = []
+
+    @staticmethod
+    def _base(a: np.ndarray) -> np.ndarray:
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        return a
+
+    def external(self, a: np.ndarray) -> None:
+        """`a` belongs to the caller: views of it cost the run nothing."""
+        self._external.add(id(self._base(a)))
+
+    def hold(self, a: np.ndarray) -> None:
+        base = self._base(a)
+        key = id(base)
+        if key in self._external:
+            return
+        entry = self._refs.get(key)
+        if entry is None:
+            self._refs[key] = [base, base.nbytes, 1]
+            self.live += base.nbytes
+            self.peak = max(self.peak, self.live)
+        else:
+            entry[2] += 1
+
+    def release(self, a: np.ndarray) -> None:
+        key = id(self._base(a))
+        entry = self._refs.get(key)
+        if entry is None:
+            return
+        entry[2] -= 1
+        if entry[2] == 0:
+            del self._refs[key]
+            self.live -= entry[1]
+
+    def mark(self) -> None:
+        self.timeline.append(self.live)
+
+
+def last_uses(graph: Graph) -> list[list[Var]]:
+    """For each node, the Vars whose last reader it is, including its own outputs that nothing
+    reads. Graph outputs are never freed."""
+    last: dict[Var, int] = {v: -1 for v in graph.inputs}
+    for i, node in enumerate(graph.nodes):
+        for v in node.inputs:
+            last[v] = i
+        for v in node.outputs:
+            last.setdefault(v, i)
+    keep = set(graph.outputs) | set(graph.constants)
+    frees: list[list[Var]] = [[] for _ in range(len(graph.nodes) + 1)]
+    for v, i in last.items():
+        if v not in keep:
+            frees[i + 1].append(v)
+    return frees
+
+
+def run(graph: Graph, args, memory: Memory | None = None) -> list[np.ndarray]:
+    """Evaluate `graph` on arrays `args`. Iterative over nodes; buffers die at their last use."""
+    memory = memory or Memory()
+    env: dict[Var, np.ndarray] = dict(graph.constants)
+    for a in graph.constants.values():
+        memory.external(a)
+    for v, a in zip(graph.inputs, args):
+        env[v] = a
+        memory.hold(a)
+    frees = last_uses(graph)
+    for v in frees[0]:  # inputs nobody reads
+        memory.release(env.pop(v))
+    for node, dead in zip(graph.nodes, frees[1:]):
+        outs = apply(node.op, [env[v] for v in node.inputs], node.params, node.outputs, memory)
+        for v, o in zip(node.outputs, outs):
+            env[v] = o
+            memory.hold(o)
+        for v in dead:
+            memory.release(env.pop(v))
+        memory.mark()
+    return [env[v] for v in graph.outputs]
+
+
+def compile(graph: Graph) -> Callable:
+    """A callable running `graph` on NumPy arrays; `.last_memory` holds its latest Memory."""
+
+    def call(*args):
+        memory = Memory()
+        for a in args:
+            memory.external(a)
+        outs = run(graph, [np.asarray(a) for a in args], memory)
+        call.last_memory = memory
+        return outs
+
+    call.last_memory = None
+    return call

@@ -1,0 +1,58 @@
+"""The exceptions remat raises, and where in the user's code a problem came from."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class RematError(Exception):
+    """Base of remat's own errors; each is also a TypeError or a ValueError."""
+
+
+class ShapeError(RematError, ValueError):
+    """Operands whose shapes an op cannot take."""
+
+
+class DTypeError(RematError, TypeError):
+    """Operands whose dtypes an op cannot take."""
+
+
+class TracerError(RematError, TypeError):
+    """A traced tensor used where only a concrete value will do, or after its trace ended."""
+
+
+_SOURCE_OVERRIDE: list[str | None] = []
+
+
+class source_of:
+    """Ops recorded inside `with source_of(line):` are attributed to `line` (used when a
+    transformation re-emits a user's op, so the new node still points at the user's code)."""
+
+    def __init__(self, source: str | None):
+        self.source = source
+
+    def __enter__(self) -> None:
+        _SOURCE_OVERRIDE.append(self.source)
+
+    def __exit__(self, *exc) -> None:
+        _SOURCE_OVERRIDE.pop()
+
+
+def user_source() -> str | None:
+    """`file.py:line` of the innermost frame outside the remat package, if any."""
+    if _SOURCE_OVERRIDE and _SOURCE_OVERRIDE[-1] is not None:
+        return _SOURCE_OVERRIDE[-1]
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(_PACKAGE_DIR):
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def at_source(source: str | None) -> str:
+    return f" (at {source})" if source else ""

@@ -1,0 +1,146 @@
+"""`rm.jit`: trace once per input signature, hand the Graph to a backend, cache the result."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from remat import backends, tree
+from remat.graph import Graph
+from remat.trace import Tensor, asarray, current_trace, trace_function
+
+
+def _signature(leaves) -> tuple:
+    out = []
+    for x in leaves:
+        t = asarray(x) if not isinstance(x, Tensor) else x
+        out.append((t.shape, t.dtype))
+    return tuple(out)
+
+
+class Lowered:
+    """A traced and lowered program: `.as_text()` shows it, `.compile()` makes it runnable."""
+
+    def __init__(self, graph: Graph, out_tree, backend: str, options: dict):
+        self.graph = graph
+        self.out_tree = out_tree
+        self.backend = backend
+        self._module = backends.get(backend)
+        self._options = options
+        self._program = self._module.lower(graph, **options) if hasattr(self._module, "lower") else graph
+
+    def as_text(self) -> str:
+        """The program handed to the backend: the graph for NumPy, StableHLO for XLA."""
+        return str(self._program)
+
+    def compile(self) -> Compiled:
+        return Compiled(self)
+
+
+class Compiled:
+    """A compiled program: call it with arrays shaped like the ones it was lowered for."""
+
+    def __init__(self, lowered: Lowered):
+        self.lowered = lowered
+        self._run = lowered._module.compile(lowered.graph, **lowered._options)
+
+    @property
+    def last_memory(self):
+        return getattr(self._run, "last_memory", None)
+
+    def __call__(self, *args):
+        leaves = tree.leaves(args)
+        outs = self._run(*[_raw(x) for x in leaves])
+        return tree.unflatten(self.lowered.out_tree, [Tensor._concrete(np.asarray(o)) for o in outs])
+
+
+def _raw(x):
+    if isinstance(x, Tensor):
+        return x.__array__()
+    if isinstance(x, np.ndarray):
+        return x
+    return asarray(x).__array__()
+
+
+class Jitted:
+    """The result of `rm.jit(fn)`: call it like `fn`; `.lower(*args)` exposes the program."""
+
+    def __init__(self, fn: Callable, backend: str, static_argnums: tuple[int, ...], options: dict):
+        backends.get(backend)  # fail now on an unknown name
+        self.fn = fn
+        self.backend = backend
+        self.static_argnums = static_argnums
+        self.options = options
+        self._cache: dict[Any, Compiled] = {}
+        self.trace_count = 0
+        functools.update_wrapper(self, fn)
+
+    def _split(self, args):
+        static = tuple((i, args[i]) for i in self.static_argnums)
+        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
+        return static, dynamic
+
+    def _bind_static(self, static):
+        def fn(*dynamic):
+            full, it = [], iter(dynamic)
+            statics = dict(static)
+            for i in range(len(dynamic) + len(static)):
+                full.append(statics[i] if i in statics else next(it))
+            return self.fn(*full)
+
+        return fn
+
+    def lower(self, *args) -> Lowered:
+        static, dynamic = self._split(args)
+        self.trace_count += 1
+        name = f"jit({getattr(self.fn, '__name__', 'fn')})"
+        graph, out_tree, _ = trace_function(self._bind_static(static), dynamic, name=name)
+        return Lowered(graph, out_tree, self.backend, self.options)
+
+    def __call__(self, *args):
+        if current_trace() is not None:  # inside another transformation: inline
+            return self.fn(*args)
+        static, dynamic = self._split(args)
+        leaves, treedef = tree.flatten(dynamic)
+        key = (treedef, _signature(leaves), static)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._cache[key] = self.lower(*args).compile()
+        return compiled(*dynamic)
+
+
+def call_traced(fn: Callable, args: tuple):
+    """Run `fn(*args)` as one traced program on the NumPy evaluator, so that transformations
+    called outside `jit` (an eager `grad`) free buffers and recompute checkpoints as in `jit`.
+    Tensor and array leaves of `args` become inputs; other leaves are passed as they are."""
+    leaves, treedef = tree.flatten(args)
+    dynamic = [i for i, x in enumerate(leaves) if isinstance(x, (Tensor, np.ndarray))]
+
+    def inner(*xs):
+        merged = list(leaves)
+        for i, x in zip(dynamic, xs):
+            merged[i] = x
+        return fn(*tree.unflatten(treedef, merged))
+
+    name = getattr(fn, "__name__", "fn")
+    graph, out_tree, _ = trace_function(inner, [leaves[i] for i in dynamic], name=name)
+    outs = backends.get("numpy").compile(graph)(*[np.asarray(leaves[i]) for i in dynamic])
+    return tree.unflatten(out_tree, [Tensor._concrete(o) for o in outs])
+
+
+def jit(fn: Callable, backend: str = "numpy", static_argnums=(), staged: bool | None = None) -> Jitted:
+    """Trace `fn` once per signature (pytree structure, shapes, dtypes, static values) and run
+    it on `backend` ("numpy" or "xla"). `staged` chooses the XLA execution mode.
+
+    >>> import remat as rm
+    >>> f = rm.jit(lambda x: x * 2.0)
+    >>> f(rm.ones((2,)))
+    Tensor([2., 2.], dtype=float32)
+    """
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    options = {} if backend == "numpy" else {"staged": staged}
+    return Jitted(fn, backend, tuple(static_argnums), options)

@@ -1,0 +1,315 @@
+"""Elementwise ops: unary math, binary arithmetic with broadcasting, comparisons, where, astype.
+
+Each VJP carries its derivation in one line. Binary rules un-broadcast their cotangents back to
+the operand shapes.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from remat import dtypes
+from remat.errors import DTypeError, ShapeError
+from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
+from remat.trace import Tensor, asarray, bind
+
+# ---------------------------------------------------------------- shape/dtype rules
+
+
+def _float_unary(x: Aval) -> Aval:
+    if not dtypes.is_float(x.dtype):
+        raise DTypeError(f"expects a float operand, got {x.dtype}")
+    return x
+
+
+def _same_unary(x: Aval) -> Aval:
+    return x
+
+
+def _bool_unary(x: Aval) -> Aval:
+    if x.dtype != dtypes.bool_:
+        raise DTypeError(f"expects a bool operand, got {x.dtype}")
+    return x
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy broadcasting of shapes; a ShapeError names them when they don't broadcast."""
+    ndim = builtins.max(len(s) for s in shapes)
+    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for sizes in zip(*padded):
+        big = {n for n in sizes if n != 1}
+        if len(big) > 1:
+            raise ShapeError(f"shapes {' and '.join(map(str, map(tuple, shapes)))} do not broadcast")
+        out.append(big.pop() if big else 1)
+    return tuple(out)
+
+
+def _binary_rule(result: str):
+    def rule(x: Aval, y: Aval) -> Aval:
+        if x.dtype != y.dtype:
+            raise DTypeError(f"operands must share a dtype, got {x.dtype} and {y.dtype}")
+        if result == "float" and not dtypes.is_float(x.dtype):
+            raise DTypeError(f"expects float operands, got {x.dtype}")
+        if result == "bool_in" and x.dtype != dtypes.bool_:
+            raise DTypeError(f"expects bool operands, got {x.dtype}")
+        dtype = dtypes.bool_ if result in ("bool", "bool_in") else x.dtype
+        return Aval(broadcast_shapes(x.shape, y.shape), dtype)
+
+    return rule
+
+
+def _where_rule(c: Aval, x: Aval, y: Aval) -> Aval:
+    if c.dtype != dtypes.bool_:
+        raise DTypeError(f"condition must be bool, got {c.dtype}")
+    if x.dtype != y.dtype:
+        raise DTypeError(f"branches must share a dtype, got {x.dtype} and {y.dtype}")
+    return Aval(broadcast_shapes(c.shape, x.shape, y.shape), x.dtype)
+
+
+def _convert_rule(x: Aval, *, dtype: np.dtype) -> Aval:
+    return Aval(x.shape, dtype)
+
+
+# ---------------------------------------------------------------- helpers for VJP rules
+
+
+def unbroadcast(g: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """Sum `g` over the axes broadcasting added or stretched, so it has `shape` again."""
+    if g.shape == tuple(shape):
+        return g
+    from remat.ops.reduce import sum as _sum
+    from remat.ops.shape import reshape
+
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1
+    )
+    return reshape(_sum(g, axis=axes), shape)
+
+
+def _ub(rule):
+    """Wrap a binary VJP so each cotangent is un-broadcast to its operand's shape."""
+
+    def vjp(g, x, y, out):
+        gx, gy = rule(g, x, y, out)
+        return (
+            None if gx is None else unbroadcast(gx, x.shape),
+            None if gy is None else unbroadcast(gy, y.shape),
+        )
+
+    return vjp
+
+
+# ---------------------------------------------------------------- declarations
+
+_neg = declare("negative", _same_unary, lambda g, x, out: (negative(g),))  # d(-x) = -dx
+_abs = declare("abs", _same_unary, lambda g, x, out: (g * sign(x),))  # d|x| = sign(x) dx
+_sign = declare("sign", _same_unary, NOT_DIFFERENTIABLE)  # zero almost everywhere
+_exp = declare("exp", _float_unary, lambda g, x, out: (g * out,))  # d e^x = e^x dx
+_log = declare("log", _float_unary, lambda g, x, out: (g / x,))  # d log x = dx / x
+_log1p = declare("log1p", _float_unary, lambda g, x, out: (g / (1.0 + x),))  # dx / (1 + x)
+_sqrt = declare("sqrt", _float_unary, lambda g, x, out: (g * 0.5 / out,))  # dx / (2 sqrt x)
+_sin = declare("sin", _float_unary, lambda g, x, out: (g * cos(x),))  # d sin x = cos x dx
+_cos = declare("cos", _float_unary, lambda g, x, out: (-g * sin(x),))  # d cos x = -sin x dx
+_tanh = declare("tanh", _float_unary, lambda g, x, out: (g * (1.0 - out * out),))  # (1 - tanh²) dx
+_not = declare("logical_not", _bool_unary, NOT_DIFFERENTIABLE)
+
+_add = declare("add", _binary_rule("same"), _ub(lambda g, x, y, out: (g, g)))
+_sub = declare("subtract", _binary_rule("same"), _ub(lambda g, x, y, out: (g, -g)))
+# d(xy) = y dx + x dy
+_mul = declare("multiply", _binary_rule("same"), _ub(lambda g, x, y, out: (g * y, g * x)))
+# d(x/y) = dx / y - x dy / y²
+_div = declare("divide", _binary_rule("same"), _ub(lambda g, x, y, out: (g / y, -g * out / y)))
+
+
+def _pow_vjp(g, x, y, out):
+    # d(x^y) = y x^(y-1) dx + log(x) x^y dy; the dy term is taken as 0 where x <= 0.
+    gx = g * y * pow(x, y - 1.0)
+    safe_log = log(where(x > 0, x, 1.0))
+    gy = where(x > 0, g * out * safe_log, 0.0)
+    return gx, gy
+
+
+_pow = declare("pow", _binary_rule("float"), _ub(_pow_vjp))
+
+
+def _max_min_vjp(pick):
+    # The winner takes the gradient; ties split it evenly (as in JAX).
+    def rule(g, x, y, out):
+        share = where(x == y, 0.5, where(pick(x, y), 1.0, 0.0)).astype(g.dtype)
+        return g * share, g * (1.0 - share)
+
+    return _ub(rule)
+
+
+_maximum = declare("maximum", _binary_rule("same"), _max_min_vjp(lambda x, y: x > y))
+_minimum = declare("minimum", _binary_rule("same"), _max_min_vjp(lambda x, y: x < y))
+
+_COMPARISONS = {
+    name: declare(name, _binary_rule("bool"), NOT_DIFFERENTIABLE)
+    for name in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
+}
+_and = declare("logical_and", _binary_rule("bool_in"), NOT_DIFFERENTIABLE)
+_or = declare("logical_or", _binary_rule("bool_in"), NOT_DIFFERENTIABLE)
+
+
+def _where_vjp(g, c, x, y, out):
+    # The cotangent goes to the branch that was chosen.
+    zero = zeros_scalar(g.dtype)
+    return None, unbroadcast(where(c, g, zero), x.shape), unbroadcast(where(c, zero, g), y.shape)
+
+
+_where = declare("where", _where_rule, _where_vjp)
+
+
+def _convert_vjp(g, x, out, *, dtype):
+    # Casting is linear: the cotangent is cast back (integers take no gradient).
+    return (g.astype(x.dtype) if dtypes.is_float(x.dtype) else None,)
+
+
+_convert = declare("convert", _convert_rule, _convert_vjp)
+
+
+# ---------------------------------------------------------------- front end
+
+
+def zeros_scalar(dtype) -> Tensor:
+    return asarray(np.zeros((), dtype))
+
+
+def _operand(x) -> Tensor | object:
+    """A tensor, or a Python scalar left weak until it meets the other operand."""
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        return x
+    return asarray(x)
+
+
+def promote(*args) -> list[Tensor]:
+    """Bring tensors and weak Python scalars to one dtype."""
+    ops = [_operand(a) for a in args]
+    strong = [o.dtype for o in ops if isinstance(o, Tensor)]
+    if strong:
+        dtype = dtypes.result_type(*strong)
+        for o in ops:
+            if not isinstance(o, Tensor):
+                dtype = dtypes.weak_result_type(dtype, o)
+    else:
+        dtype = dtypes.result_type(*(dtypes.scalar_dtype(o) for o in ops))
+    return [asarray(o, dtype) if isinstance(o, Tensor) else asarray(np.asarray(o, dtype)) for o in ops]
+
+
+def _to_float(x) -> Tensor:
+    x = asarray(x)
+    return x if dtypes.is_float(x.dtype) else x.astype(dtypes.DEFAULT_FLOAT)
+
+
+def _float_fn(op, name):
+    def fn(x) -> Tensor:
+        return bind(op, _to_float(x))
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise `{name}` (integer inputs are promoted to float32)."
+    return fn
+
+
+def _binary_fn(op, name, to_float=False):
+    def fn(x, y) -> Tensor:
+        a, b = promote(x, y)
+        if to_float and not dtypes.is_float(a.dtype):
+            a, b = a.astype(dtypes.DEFAULT_FLOAT), b.astype(dtypes.DEFAULT_FLOAT)
+        return bind(op, a, b)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise `{name}` with NumPy broadcasting and dtype promotion."
+    return fn
+
+
+exp = _float_fn(_exp, "exp")
+log = _float_fn(_log, "log")
+log1p = _float_fn(_log1p, "log1p")
+sqrt = _float_fn(_sqrt, "sqrt")
+sin = _float_fn(_sin, "sin")
+cos = _float_fn(_cos, "cos")
+tanh = _float_fn(_tanh, "tanh")
+
+add = _binary_fn(_add, "add")
+subtract = _binary_fn(_sub, "subtract")
+multiply = _binary_fn(_mul, "multiply")
+divide = _binary_fn(_div, "divide", to_float=True)
+pow = _binary_fn(_pow, "pow", to_float=True)
+maximum = _binary_fn(_maximum, "maximum")
+minimum = _binary_fn(_minimum, "minimum")
+equal = _binary_fn(_COMPARISONS["equal"], "equal")
+not_equal = _binary_fn(_COMPARISONS["not_equal"], "not_equal")
+less = _binary_fn(_COMPARISONS["less"], "less")
+less_equal = _binary_fn(_COMPARISONS["less_equal"], "less_equal")
+greater = _binary_fn(_COMPARISONS["greater"], "greater")
+greater_equal = _binary_fn(_COMPARISONS["greater_equal"], "greater_equal")
+
+
+def negative(x) -> Tensor:
+    """Elementwise `-x`."""
+    return bind(_neg, asarray(x))
+
+
+def abs(x) -> Tensor:
+    """Elementwise absolute value."""
+    return bind(_abs, asarray(x))
+
+
+def sign(x) -> Tensor:
+    """Elementwise sign (-1, 0 or 1); its gradient is zero."""
+    return bind(_sign, asarray(x))
+
+
+def square(x) -> Tensor:
+    """Elementwise `x * x`."""
+    return multiply(x, x)
+
+
+def clip(x, min=None, max=None) -> Tensor:
+    """Limit `x` to [min, max]; either bound may be None."""
+    if min is not None:
+        x = maximum(x, min)
+    if max is not None:
+        x = minimum(x, max)
+    return asarray(x)
+
+
+def logical_not(x) -> Tensor:
+    """Elementwise `not` (operands are cast to bool)."""
+    return bind(_not, astype(x, dtypes.bool_))
+
+
+def logical_and(x, y) -> Tensor:
+    """Elementwise `and` (operands are cast to bool)."""
+    return bind(_and, astype(x, dtypes.bool_), astype(y, dtypes.bool_))
+
+
+def logical_or(x, y) -> Tensor:
+    """Elementwise `or` (operands are cast to bool)."""
+    return bind(_or, astype(x, dtypes.bool_), astype(y, dtypes.bool_))
+
+
+def where(condition, x, y) -> Tensor:
+    """`x` where `condition` holds, else `y`, broadcasting all three.
+
+    >>> import remat as rm
+    >>> rm.where(rm.asarray([True, False]), 1.0, 0.0)
+    Tensor([1., 0.], dtype=float32)
+    """
+    c = astype(condition, dtypes.bool_)
+    a, b = promote(x, y)
+    return bind(_where, c, a, b)
+
+
+def astype(x, dtype) -> Tensor:
+    """`x` converted to `dtype`."""
+    x = asarray(x)
+    dtype = dtypes.canonical(dtype)
+    if x.dtype == dtype:
+        return x
+    return bind(_convert, x, dtype=dtype)

@@ -1,0 +1,38 @@
+"""Ops whose value is their input and whose point is what they do to gradients or schedules."""
+
+from __future__ import annotations
+
+from remat.ops.core import NOT_DIFFERENTIABLE, declare
+from remat.trace import Tensor, asarray, bind
+
+_stop_gradient = declare("stop_gradient", lambda x: x, NOT_DIFFERENTIABLE)
+
+# Outputs equal inputs. In a gradient graph it ties the recomputation of a checkpoint to the
+# incoming cotangent so that no scheduler can run it early or merge it with the forward pass.
+# Its VJP is a barrier too, so the second-order recomputation stays ordered as well.
+def _barrier_vjp(gs, *xs, out):
+    present = [g for g in gs if g is not None]
+    tied = iter(barrier(*present) if present else ())
+    return tuple(None if g is None else next(tied) for g in gs)
+
+
+_barrier = declare("barrier", lambda *xs: xs, _barrier_vjp, multiple_results=True)
+
+_name = declare("checkpoint_name", lambda x, *, name: x, lambda g, x, out, name: (g,))
+
+
+def stop_gradient(x) -> Tensor:
+    """`x`, through which no gradient flows."""
+    return bind(_stop_gradient, asarray(x))
+
+
+def barrier(*xs) -> tuple[Tensor, ...]:
+    """The inputs unchanged, ordered after all of them are computed (an optimization barrier)."""
+    return bind(_barrier, *xs)
+
+
+def checkpoint_name(x, name: str) -> Tensor:
+    """`x` tagged with `name`, so checkpoint policies can choose to save it."""
+    if not isinstance(name, str):
+        raise TypeError(f"checkpoint_name: name must be a str, got {type(name).__name__}")
+    return bind(_name, asarray(x), name=name)

@@ -1,0 +1,162 @@
+"""Reductions over a tuple of axes: sum, prod, max, min (primitives), argmax, argmin; mean composed.
+
+The primitives drop the reduced axes; `keepdims` is a reshape in the front end.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+from remat import dtypes
+from remat.errors import DTypeError, ShapeError
+from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
+from remat.trace import Tensor, asarray, bind
+
+
+def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+    """`axis` (None, an int or a sequence) as sorted non-negative ints; ShapeError if out of range."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= a < builtins.max(ndim, 1):
+            raise ShapeError(f"axis {a} is out of range for a {ndim}-d tensor")
+        out.append(a % builtins.max(ndim, 1))
+    if len(set(out)) != len(out):
+        raise ShapeError(f"repeated axis in {axes}")
+    return tuple(sorted(out))
+
+
+def _reduce_rule(x: Aval, *, axes: tuple[int, ...]) -> Aval:
+    normalize_axes(axes, x.ndim)
+    return Aval(tuple(n for i, n in enumerate(x.shape) if i not in axes), x.dtype)
+
+
+def _arg_rule(x: Aval, *, axis: int) -> Aval:
+    normalize_axes(axis, x.ndim)
+    if x.shape[axis] == 0:
+        raise ShapeError("attempt to get the arg-extremum of an empty axis")
+    return Aval(tuple(n for i, n in enumerate(x.shape) if i != axis), dtypes.int32)
+
+
+def kept_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _expand(g: Tensor, x: Tensor, axes) -> Tensor:
+    """`g`, reduced over `axes`, reshaped so it broadcasts against `x`."""
+    from remat.ops.shape import reshape
+
+    return reshape(g, kept_shape(x.shape, axes))
+
+
+def _sum_vjp(g, x, out, *, axes):
+    # d sum(x) = sum(dx): every element gets the cotangent of its sum.
+    from remat.ops.shape import broadcast_to
+
+    return (broadcast_to(_expand(g, x, axes), x.shape),)
+
+
+def _prod_vjp(g, x, out, *, axes):
+    # d prod(x) = sum(prod(x) / x_i dx_i).
+    # NOTE: divides by x, so the gradient is not finite where an element is exactly zero.
+    return (_expand(g, x, axes) * _expand(out, x, axes) / x,)
+
+
+def _extremum_vjp(g, x, out, *, axes):
+    # The maximal elements share the cotangent evenly.
+    hit = (x == _expand(out, x, axes)).astype(x.dtype)
+    count = _expand(sum(hit, axis=axes), x, axes)
+    return (_expand(g, x, axes) * hit / count,)
+
+
+_sum = declare("sum", _reduce_rule, _sum_vjp)
+_prod = declare("prod", _reduce_rule, _prod_vjp)
+_max = declare("max", _reduce_rule, _extremum_vjp)
+_min = declare("min", _reduce_rule, _extremum_vjp)
+_argmax = declare("argmax", _arg_rule, NOT_DIFFERENTIABLE)
+_argmin = declare("argmin", _arg_rule, NOT_DIFFERENTIABLE)
+
+
+def _reduction(op, x, axis, keepdims) -> Tensor:
+    from remat.ops.shape import reshape
+
+    x = asarray(x)
+    axes = normalize_axes(axis, x.ndim)
+    out = bind(op, x, axes=axes)
+    return reshape(out, kept_shape(x.shape, axes)) if keepdims else out
+
+
+def sum(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Sum over `axis` (all axes by default). Booleans are summed as int32.
+
+    >>> import remat as rm
+    >>> rm.sum(rm.asarray([[1.0, 2.0], [3.0, 4.0]]), axis=0)
+    Tensor([4., 6.], dtype=float32)
+    """
+    x = asarray(x)
+    if x.dtype == dtypes.bool_:
+        x = x.astype(dtypes.int32)
+    return _reduction(_sum, x, axis, keepdims)
+
+
+def prod(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Product over `axis` (all axes by default)."""
+    x = asarray(x)
+    if x.dtype == dtypes.bool_:
+        x = x.astype(dtypes.int32)
+    return _reduction(_prod, x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Largest element over `axis`."""
+    return _reduction(_max, _nonempty(x, "max"), axis, keepdims)
+
+
+def min(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Smallest element over `axis`."""
+    return _reduction(_min, _nonempty(x, "min"), axis, keepdims)
+
+
+def _nonempty(x, name: str) -> Tensor:
+    x = asarray(x)
+    if x.size == 0:
+        raise ShapeError(f"{name}: cannot reduce an empty tensor of shape {x.shape}")
+    return x
+
+
+def mean(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Arithmetic mean over `axis`; integer inputs give float32."""
+    x = asarray(x)
+    if not dtypes.is_float(x.dtype):
+        x = x.astype(dtypes.DEFAULT_FLOAT)
+    axes = normalize_axes(axis, x.ndim)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    return sum(x, axis=axes, keepdims=keepdims) / float(count)
+
+
+def _arg(op, x, axis, keepdims) -> Tensor:
+    from remat.ops.shape import reshape
+
+    x = asarray(x)
+    if x.dtype == dtypes.bool_:
+        raise DTypeError(f"{op.name}: expects a numeric operand, got bool")
+    if axis is None:
+        out = bind(op, reshape(x, (-1,)), axis=0)
+        return reshape(out, (1,) * x.ndim) if keepdims else out
+    (a,) = normalize_axes(axis, x.ndim)
+    out = bind(op, x, axis=a)
+    return reshape(out, kept_shape(x.shape, (a,))) if keepdims else out
+
+
+def argmax(x, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index (int32) of the largest element along `axis` (of the flattened tensor if None)."""
+    return _arg(_argmax, x, axis, keepdims)
+
+
+def argmin(x, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index (int32) of the smallest element along `axis` (of the flattened tensor if None)."""
+    return _arg(_argmin, x, axis, keepdims)

@@ -1,0 +1,264 @@
+"""Ops that move elements without arithmetic: reshape, permute_dims, broadcast_to, concat,
+slice, pad, flip (primitives); transpose, expand_dims, squeeze, stack (composed)."""
+
+from __future__ import annotations
+
+import builtins
+import math
+
+from remat.errors import ShapeError
+from remat.ops.core import Aval, declare
+from remat.ops.elementwise import broadcast_shapes, unbroadcast
+from remat.ops.reduce import normalize_axes
+from remat.trace import Tensor, asarray, bind
+
+# ---------------------------------------------------------------- rules
+
+
+def _reshape_rule(x: Aval, *, shape: tuple[int, ...]) -> Aval:
+    if math.prod(shape) != math.prod(x.shape):
+        raise ShapeError(f"cannot reshape {x.shape} ({math.prod(x.shape)} elements) to {shape}")
+    return Aval(shape, x.dtype)
+
+
+def _permute_rule(x: Aval, *, axes: tuple[int, ...]) -> Aval:
+    if sorted(axes) != list(range(x.ndim)):
+        raise ShapeError(f"axes {axes} are not a permutation of the {x.ndim} axes of {x.shape}")
+    return Aval(tuple(x.shape[a] for a in axes), x.dtype)
+
+
+def _broadcast_rule(x: Aval, *, shape: tuple[int, ...]) -> Aval:
+    if len(shape) < x.ndim or broadcast_shapes(x.shape, shape) != tuple(shape):
+        raise ShapeError(f"cannot broadcast {x.shape} to {shape}")
+    return Aval(shape, x.dtype)
+
+
+def _concat_rule(*xs: Aval, axis: int) -> Aval:
+    first = xs[0]
+    for x in xs:
+        if x.dtype != first.dtype:
+            raise ShapeError(f"operands must share a dtype, got {first.dtype} and {x.dtype}")
+        if x.ndim != first.ndim or any(
+            a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != axis
+        ):
+            raise ShapeError(f"shapes {first.shape} and {x.shape} differ off axis {axis}")
+    size = builtins.sum(x.shape[axis] for x in xs)
+    return Aval(first.shape[:axis] + (size,) + first.shape[axis + 1 :], first.dtype)
+
+
+def _slice_len(start: int, stop: int, step: int) -> int:
+    return builtins.max(0, (stop - start + step - 1) // step)
+
+
+def _slice_rule(x: Aval, *, start: tuple, stop: tuple, step: tuple) -> Aval:
+    if not len(start) == len(stop) == len(step) == x.ndim:
+        raise ShapeError(f"slice needs one start/stop/step per axis of {x.shape}")
+    for a, b, s, n in zip(start, stop, step, x.shape):
+        if s < 1 or not 0 <= a <= n or not 0 <= b <= n:
+            raise ShapeError(f"slice {a}:{b}:{s} is out of range for an axis of size {n}")
+    return Aval(tuple(_slice_len(a, b, s) for a, b, s in zip(start, stop, step)), x.dtype)
+
+
+def _padded(n: int, lo: int, hi: int, interior: int) -> int:
+    return lo + hi + (n + (n - 1) * interior if n else 0)
+
+
+def _pad_rule(x: Aval, *, lo: tuple, hi: tuple, interior: tuple) -> Aval:
+    if not len(lo) == len(hi) == len(interior) == x.ndim or builtins.min((*lo, *hi, *interior, 0)) < 0:
+        raise ShapeError(f"bad padding lo={lo} hi={hi} interior={interior} for {x.shape}")
+    return Aval(tuple(_padded(*t) for t in zip(x.shape, lo, hi, interior)), x.dtype)
+
+
+def _flip_rule(x: Aval, *, axes: tuple[int, ...]) -> Aval:
+    normalize_axes(axes, x.ndim)
+    return x
+
+
+# ---------------------------------------------------------------- VJPs
+
+
+def _concat_vjp(g, *xs, out, axis):
+    # Each operand gets back its own stretch of the cotangent.
+    cts, offset = [], 0
+    for x in xs:
+        n = x.shape[axis]
+        cts.append(slice_axis(g, axis, offset, offset + n))
+        offset += n
+    return tuple(cts)
+
+
+def _slice_vjp(g, x, out, *, start, stop, step):
+    # Slicing picks elements; its transpose puts them back among zeros.
+    from remat.ops.creation import zeros
+
+    if 0 in g.shape:
+        return (zeros(x.shape, x.dtype),)
+    hi = tuple(n - (a + (m - 1) * s + 1) for n, a, m, s in zip(x.shape, start, g.shape, step))
+    return (pad(g, start, hi, tuple(s - 1 for s in step)),)
+
+
+def _pad_vjp(g, x, out, *, lo, hi, interior):
+    # Padding's transpose keeps the elements that came from x.
+    stop = tuple(a + _padded(n, 0, 0, i) for a, n, i in zip(lo, x.shape, interior))
+    return (slice(g, lo, stop, tuple(i + 1 for i in interior)),)
+
+
+def _inverse(axes):
+    inv = [0] * len(axes)
+    for i, a in enumerate(axes):
+        inv[a] = i
+    return tuple(inv)
+
+
+_reshape = declare("reshape", _reshape_rule, lambda g, x, out, shape: (reshape(g, x.shape),))
+_permute = declare(
+    "permute_dims", _permute_rule, lambda g, x, out, axes: (permute_dims(g, _inverse(axes)),)
+)
+_broadcast = declare(
+    "broadcast_to", _broadcast_rule, lambda g, x, out, shape: (unbroadcast(g, x.shape),)
+)
+_concat = declare("concat", _concat_rule, _concat_vjp)
+_slice = declare("slice", _slice_rule, _slice_vjp)
+_pad = declare("pad", _pad_rule, _pad_vjp)
+_flip = declare("flip", _flip_rule, lambda g, x, out, axes: (flip(g, axes),))  # its own transpose
+
+# ---------------------------------------------------------------- front end
+
+
+def _shape_tuple(shape) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        return (shape,)
+    return tuple(int(n) for n in shape)
+
+
+def reshape(x, shape) -> Tensor:
+    """`x` with a new shape of the same size; one entry may be -1."""
+    x = asarray(x)
+    shape = _shape_tuple(shape)
+    if shape.count(-1) > 1:
+        raise ShapeError(f"reshape: only one -1 allowed in {shape}")
+    if -1 in shape:
+        known = math.prod(n for n in shape if n != -1)
+        if known == 0 or x.size % known:
+            raise ShapeError(f"reshape: cannot reshape {x.shape} to {shape}")
+        shape = tuple(x.size // known if n == -1 else n for n in shape)
+    if shape == x.shape:
+        return x
+    return bind(_reshape, x, shape=shape)
+
+
+def permute_dims(x, axes) -> Tensor:
+    """`x` with its axes reordered: output axis i is input axis `axes[i]`."""
+    x = asarray(x)
+    axes = tuple(a % builtins.max(x.ndim, 1) for a in axes)
+    if axes == tuple(range(x.ndim)):
+        return x
+    return bind(_permute, x, axes=axes)
+
+
+def transpose(x, axes=None) -> Tensor:
+    """Reverse the axes (or reorder them as `axes`), as `np.transpose`."""
+    x = asarray(x)
+    return permute_dims(x, tuple(reversed(range(x.ndim))) if axes is None else axes)
+
+
+def matrix_transpose(x) -> Tensor:
+    """Swap the last two axes."""
+    x = asarray(x)
+    axes = list(range(x.ndim))
+    axes[-2:] = axes[:-3:-1]
+    return permute_dims(x, axes)
+
+
+def broadcast_to(x, shape) -> Tensor:
+    """`x` repeated along new leading axes and stretched along axes of size 1."""
+    x = asarray(x)
+    shape = _shape_tuple(shape)
+    if shape == x.shape:
+        return x
+    return bind(_broadcast, x, shape=shape)
+
+
+def expand_dims(x, axis) -> Tensor:
+    """`x` with new axes of size 1 inserted at `axis` (an int or a tuple)."""
+    x = asarray(x)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    ndim = x.ndim + len(axes)
+    axes = normalize_axes(axes, ndim)
+    dims = iter(x.shape)
+    return reshape(x, tuple(1 if i in axes else next(dims) for i in range(ndim)))
+
+
+def squeeze(x, axis=None) -> Tensor:
+    """`x` without the axes of size 1 named by `axis` (all of them if None)."""
+    x = asarray(x)
+    if axis is None:
+        axes = tuple(i for i, n in enumerate(x.shape) if n == 1)
+    else:
+        axes = normalize_axes(axis, x.ndim)
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ShapeError(f"squeeze: axis {a} of {x.shape} has size {x.shape[a]}, not 1")
+    return reshape(x, tuple(n for i, n in enumerate(x.shape) if i not in axes))
+
+
+def concat(xs, axis: int = 0) -> Tensor:
+    """Join tensors along an existing axis."""
+    from remat.ops.elementwise import promote
+
+    xs = promote(*xs)
+    if not xs:
+        raise ShapeError("concat: needs at least one tensor")
+    if xs[0].ndim == 0:
+        raise ShapeError("concat: cannot join 0-d tensors; use stack")
+    (axis,) = normalize_axes(axis, xs[0].ndim)
+    if len(xs) == 1:
+        return xs[0]
+    return bind(_concat, *xs, axis=axis)
+
+
+def stack(xs, axis: int = 0) -> Tensor:
+    """Join tensors of one shape along a new axis."""
+    xs = [asarray(x) for x in xs]
+    if not xs:
+        raise ShapeError("stack: needs at least one tensor")
+    return concat([expand_dims(x, axis) for x in xs], axis=axis)
+
+
+def slice(x, start, stop, step=None) -> Tensor:
+    """Elements `start[i]:stop[i]:step[i]` along every axis (non-negative, in range, step >= 1)."""
+    x = asarray(x)
+    step = step or (1,) * x.ndim
+    start, stop, step = _shape_tuple(start), _shape_tuple(stop), _shape_tuple(step)
+    if start == (0,) * x.ndim and stop == x.shape and step == (1,) * x.ndim:
+        return x
+    return bind(_slice, x, start=start, stop=stop, step=step)
+
+
+def slice_axis(x, axis: int, start: int, stop: int, step: int = 1) -> Tensor:
+    """Elements `start:stop:step` along one axis."""
+    x = asarray(x)
+    starts = [0] * x.ndim
+    stops = list(x.shape)
+    steps = [1] * x.ndim
+    starts[axis], stops[axis], steps[axis] = start, stop, step
+    return slice(x, starts, stops, steps)
+
+
+def pad(x, lo, hi, interior=None) -> Tensor:
+    """`x` with zeros added: `lo[i]` before, `hi[i]` after and `interior[i]` between elements."""
+    x = asarray(x)
+    interior = interior or (0,) * x.ndim
+    lo, hi, interior = _shape_tuple(lo), _shape_tuple(hi), _shape_tuple(interior)
+    if not builtins.any((*lo, *hi, *interior)):
+        return x
+    return bind(_pad, x, lo=lo, hi=hi, interior=interior)
+
+
+def flip(x, axis=None) -> Tensor:
+    """`x` with the order of elements reversed along `axis` (all axes if None)."""
+    x = asarray(x)
+    axes = normalize_axes(axis, x.ndim)
+    if not axes:
+        return x
+    return bind(_flip, x, axes=axes)

@@ -1,0 +1,379 @@
+"""Tensors and trace contexts.
+
+A Tensor is either concrete (it wraps a NumPy array) or traced (it names a Var of a Trace). Ops
+on concrete tensors run at once; inside a trace they are recorded as Nodes. Traces nest: a child
+trace (a checkpoint body, a function being differentiated) that meets a tensor of an enclosing
+trace adds an input for it once and remembers the outer tensor — that is how captures are found.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from remat import dtypes, tree
+from remat.errors import TracerError, at_source, user_source
+from remat.graph import Graph, Node, Var
+
+if TYPE_CHECKING:
+    from remat.ops.core import Op
+
+
+class Trace:
+    """Records the nodes of one function being traced."""
+
+    def __init__(self, parent: Trace | None, name: str):
+        self.parent = parent
+        self.name = name
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.inputs: list[Var] = []
+        self.nodes: list[Node] = []
+        self.constants: dict[Var, np.ndarray] = {}
+        self._constant_of: dict[int, tuple[np.ndarray, Var]] = {}
+        self.captured: list[Var] = []  # Vars of the parent trace, in capture order
+        self.capture_vars: list[Var] = []  # the inputs standing for them here
+        self._capture_of: dict[Var, Var] = {}
+        self.active = True
+
+    def new_input(self, shape, dtype) -> Tensor:
+        v = Var(shape, dtype)
+        self.inputs.append(v)
+        return Tensor._traced(self, v)
+
+    def lift(self, t: Tensor) -> Var:
+        """The Var standing for `t` in this trace: its own, a constant, or a capture."""
+        if t._trace is self:
+            return t._var
+        if t._trace is None:
+            return self._constant(t._value)
+        if not t._trace.active or not self._is_ancestor(t._trace):
+            raise TracerError(
+                f"a tensor traced inside `{t._trace.name}` was used after that trace ended "
+                f"(an escaped tracer){at_source(user_source())}; return it from the traced "
+                "function instead of storing it outside"
+            )
+        outer = self.parent.lift(t)
+        inner = self._capture_of.get(outer)
+        if inner is None:
+            inner = Var(outer.shape, outer.dtype)
+            self._capture_of[outer] = inner
+            self.captured.append(outer)
+            self.capture_vars.append(inner)
+        return inner
+
+    def _is_ancestor(self, other: Trace) -> bool:
+        t = self.parent
+        while t is not None:
+            if t is other:
+                return True
+            t = t.parent
+        return False
+
+    def _constant(self, value: np.ndarray) -> Var:
+        hit = self._constant_of.get(id(value))
+        if hit is not None:
+            return hit[1]
+        v = Var(value.shape, value.dtype)
+        self.constants[v] = value
+        self._constant_of[id(value)] = (value, v)  # keep `value` alive so its id stays unique
+        return v
+
+    def add_node(self, op: Op, args: list[Tensor], params: dict) -> list[Tensor]:
+        in_vars = [self.lift(a) for a in args]
+        source = user_source()
+        avals = abstract_eval(op, [(v.shape, v.dtype) for v in in_vars], params, source)
+        out_vars = [Var(a.shape, a.dtype) for a in avals]
+        self.nodes.append(Node(op.name, in_vars, out_vars, params, source))
+        return [Tensor._traced(self, v) for v in out_vars]
+
+    def to_graph(self, outputs: list[Tensor]) -> Graph:
+        """The recorded function, without nodes (and constants) that no output depends on:
+        a VJP rule computes every operand's cotangent and the unwanted ones die here."""
+        out_vars = [self.lift(t) for t in outputs]
+        live = set(out_vars)
+        kept = []
+        for node in reversed(self.nodes):
+            if any(v in live for v in node.outputs):
+                kept.append(node)
+                live.update(node.inputs)
+        constants = {v: a for v, a in self.constants.items() if v in live}
+        return Graph(self.inputs + self.capture_vars, out_vars, kept[::-1], constants)
+
+
+_STACK: list[Trace] = []
+
+
+def current_trace() -> Trace | None:
+    return _STACK[-1] if _STACK else None
+
+
+class new_trace:
+    """`with new_trace(name) as t:` — a child of the current trace, closed on exit (even on error)."""
+
+    def __init__(self, name: str):
+        self.trace = Trace(current_trace(), name)
+
+    def __enter__(self) -> Trace:
+        _STACK.append(self.trace)
+        return self.trace
+
+    def __exit__(self, *exc) -> None:
+        popped = _STACK.pop()
+        assert popped is self.trace, "trace stack out of order"
+        self.trace.active = False
+
+
+def abstract_eval(op: Op, avals, params: dict, source: str | None):
+    """Run `op`'s shape rule, turning its complaint into an error that names the op and the line."""
+    try:
+        return op.abstract_eval(avals, params)
+    except (TypeError, ValueError) as e:
+        shapes = ", ".join(f"{tuple(s)} {np.dtype(d)}" for s, d in avals)
+        msg = f"{op.name}: {e} [operands: {shapes}]{at_source(source)}"
+        raise type(e)(msg) from None
+
+
+def bind(op: Op, *args, **params):
+    """Apply a primitive to tensors: recorded in the current trace, or run now if there is none."""
+    tensors = [asarray(a) for a in args]
+    trace = current_trace()
+    if trace is not None:
+        outs = trace.add_node(op, tensors, params)
+    else:
+        outs = _eager(op, tensors, params)
+    return tuple(outs) if op.multiple_results else outs[0]
+
+
+def _eager(op: Op, tensors: list[Tensor], params: dict) -> list[Tensor]:
+    for t in tensors:
+        if t._trace is not None:
+            raise TracerError(
+                f"{op.name}: a tensor traced inside `{t._trace.name}` was used after that trace "
+                f"ended (an escaped tracer){at_source(user_source())}; return it from the traced "
+                "function instead of storing it outside"
+            )
+    from remat.backends.numpy import apply
+
+    values = [t._value for t in tensors]
+    avals = abstract_eval(op, [(v.shape, v.dtype) for v in values], params, user_source())
+    outs = apply(op.name, values, params, avals)
+    return [Tensor._concrete(o) for o in outs]
+
+
+class Tensor:
+    """An n-dimensional array: concrete (a NumPy array) or traced (a Var being recorded)."""
+
+    __slots__ = ("_value", "_trace", "_var")
+    __array_priority__ = 100  # so `np_array + tensor` comes to Tensor.__radd__
+    __hash__ = None  # type: ignore[assignment]  # == builds a tensor, as in NumPy
+
+    @classmethod
+    def _concrete(cls, value: np.ndarray) -> Tensor:
+        t = object.__new__(cls)
+        t._value, t._trace, t._var = value, None, None
+        return t
+
+    @classmethod
+    def _traced(cls, trace: Trace, var: Var) -> Tensor:
+        t = object.__new__(cls)
+        t._value, t._trace, t._var = None, trace, var
+        return t
+
+    @property
+    def is_concrete(self) -> bool:
+        return self._trace is None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._value.shape if self._trace is None else self._var.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._value.dtype if self._trace is None else self._var.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def _concrete_value(self, what: str) -> np.ndarray:
+        if self._trace is not None:
+            raise TracerError(
+                f"{what} needs a concrete value, but this tensor is traced inside "
+                f"`{self._trace.name}`{at_source(user_source())}; use rm.where(cond, a, b) instead "
+                "of `if`/`bool()` on a traced tensor, and pass Python values as static arguments"
+            )
+        return self._value
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        value = self._concrete_value("converting to a NumPy array")
+        return value if dtype is None else value.astype(dtype)
+
+    def item(self):
+        return self._concrete_value("item()").item()
+
+    def __bool__(self) -> bool:
+        return bool(self._concrete_value("bool()"))
+
+    def __float__(self) -> float:
+        return float(self._concrete_value("float()"))
+
+    def __int__(self) -> int:
+        return int(self._concrete_value("int()"))
+
+    def __index__(self) -> int:
+        return int(self._concrete_value("using a tensor as an index").__index__())
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self) -> str:
+        if self._trace is None:
+            body = np.array2string(self._value, separator=", ", prefix="Tensor(")
+            return f"Tensor({body}, dtype={self.dtype})"
+        return f"Tensor(traced {self._var.type_str} in `{self._trace.name}`)"
+
+    # Operators and methods delegate to the op functions (bound at the end of this module).
+    def __add__(self, o): return _ops.add(self, o)  # noqa: E704
+    def __radd__(self, o): return _ops.add(o, self)  # noqa: E704
+    def __sub__(self, o): return _ops.subtract(self, o)  # noqa: E704
+    def __rsub__(self, o): return _ops.subtract(o, self)  # noqa: E704
+    def __mul__(self, o): return _ops.multiply(self, o)  # noqa: E704
+    def __rmul__(self, o): return _ops.multiply(o, self)  # noqa: E704
+    def __truediv__(self, o): return _ops.divide(self, o)  # noqa: E704
+    def __rtruediv__(self, o): return _ops.divide(o, self)  # noqa: E704
+    def __pow__(self, o): return _ops.pow(self, o)  # noqa: E704
+    def __rpow__(self, o): return _ops.pow(o, self)  # noqa: E704
+    def __matmul__(self, o): return _ops.matmul(self, o)  # noqa: E704
+    def __rmatmul__(self, o): return _ops.matmul(o, self)  # noqa: E704
+    def __neg__(self): return _ops.negative(self)  # noqa: E704
+    def __pos__(self): return self  # noqa: E704
+    def __abs__(self): return _ops.abs(self)  # noqa: E704
+    def __eq__(self, o): return _ops.equal(self, o)  # type: ignore[override]  # noqa: E704
+    def __ne__(self, o): return _ops.not_equal(self, o)  # type: ignore[override]  # noqa: E704
+    def __lt__(self, o): return _ops.less(self, o)  # noqa: E704
+    def __le__(self, o): return _ops.less_equal(self, o)  # noqa: E704
+    def __gt__(self, o): return _ops.greater(self, o)  # noqa: E704
+    def __ge__(self, o): return _ops.greater_equal(self, o)  # noqa: E704
+    def __invert__(self): return _ops.logical_not(self)  # noqa: E704
+    def __and__(self, o): return _ops.logical_and(self, o)  # noqa: E704
+    def __or__(self, o): return _ops.logical_or(self, o)  # noqa: E704
+    def __getitem__(self, index): return _ops.getitem(self, index)  # noqa: E704
+
+    @property
+    def T(self) -> Tensor:
+        return _ops.transpose(self)
+
+    def astype(self, dtype) -> Tensor:
+        return _ops.astype(self, dtype)
+
+    def reshape(self, *shape) -> Tensor:
+        return _ops.reshape(self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
+
+    def sum(self, axis=None, keepdims=False) -> Tensor:
+        return _ops.sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims=False) -> Tensor:
+        return _ops.mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False) -> Tensor:
+        return _ops.max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis=None, keepdims=False) -> Tensor:
+        return _ops.min(self, axis=axis, keepdims=keepdims)
+
+
+def _default_array(x) -> np.ndarray:
+    """A NumPy array for a Python scalar or list: floats become float32 and ints int32."""
+    a = np.asarray(x)
+    if a.dtype.kind == "f":
+        return a.astype(dtypes.DEFAULT_FLOAT)
+    if a.dtype.kind in "iu":
+        return a.astype(dtypes.DEFAULT_INT)
+    return a
+
+
+def asarray(x, dtype=None) -> Tensor:
+    """A Tensor from a Tensor, NumPy array, Python scalar or nested list.
+
+    >>> asarray([1.0, 2.0]).dtype
+    dtype('float32')
+    """
+    if isinstance(x, Tensor):
+        return x if dtype is None or x.dtype == np.dtype(dtype) else _ops.astype(x, dtype)
+    if isinstance(x, np.ndarray) or np.isscalar(x) and not isinstance(x, (int, float, bool)):
+        a = np.asarray(x)
+    elif isinstance(x, (int, float, bool, list, tuple)):
+        a = _default_array(x)
+    else:
+        try:
+            a = np.asarray(x)
+        except Exception:
+            a = None
+        if a is None or a.dtype == object:
+            raise TypeError(f"cannot make a tensor from a value of type {type(x).__name__}")
+    target = dtypes.canonical(a.dtype if dtype is None else dtype)
+    if a.dtype != target:
+        a = a.astype(target)
+    return Tensor._concrete(a)
+
+
+def is_tensor_like(x) -> bool:
+    return isinstance(x, (Tensor, np.ndarray, int, float, bool, np.number, np.bool_))
+
+
+def make_graph(fn):
+    """`make_graph(fn)(*args)` traces `fn` on arguments like `args` and returns its Graph.
+
+    >>> import remat as rm
+    >>> print(rm.make_graph(lambda x: rm.sin(x) * 2.0)(rm.ones((3,))))
+    graph(a:f32[3]) {
+      b:f32[3] = sin a
+      c:f32[3] = multiply b 2.0
+      return c
+    }
+    """
+
+    def traced(*args) -> Graph:
+        return trace_function(fn, args)[0]
+
+    return traced
+
+
+def trace_function(fn, args, name: str | None = None):
+    """Trace `fn(*args)` with every array leaf of `args` an input. Returns the graph, the
+    structure of the outputs and the parent-trace Vars the graph captured (its last inputs)."""
+    leaves, treedef = tree.flatten(args)
+    for leaf in leaves:
+        if not is_tensor_like(leaf):
+            raise TypeError(
+                f"argument leaf of type {type(leaf).__name__} is not an array; mark it static "
+                "(static_argnums) or pass it through a closure"
+            )
+    with new_trace(name or getattr(fn, "__name__", "fn")) as t:
+        inputs = [t.new_input(a.shape, a.dtype) for a in (asarray(x) for x in leaves)]
+        out = fn(*tree.unflatten(treedef, inputs))
+        out_leaves, out_tree = tree.flatten(out)
+        graph = t.to_graph([_output_tensor(x) for x in out_leaves])
+    return graph, out_tree, t.captured
+
+
+def _output_tensor(x) -> Tensor:
+    if not is_tensor_like(x):
+        raise TypeError(
+            f"a traced function returned a {type(x).__name__}, not a tensor or a pytree of tensors"
+        )
+    return asarray(x)
+
+
+from remat import ops as _ops  # noqa: E402  (operators need the op functions; they need Tensor)
