@@ -1,0 +1,85 @@
+"""Peak memory of a residual-MLP training step on the NumPy backend, per checkpoint plan.
+
+    python benchmarks/numpy_memory.py [--depth 32 --width 128 --batch 1024]
+
+Each plan is measured twice: by the evaluator's own live-byte count and by tracemalloc (NumPy
+reports its buffers to it). Prints a markdown table with ratios to the plan without checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+
+import numpy as np
+
+import remat as rm
+from remat.models import PLANS, residual_mlp_loss, residual_mlp_params
+
+
+def measure(plan, depth: int = 32, width: int = 128, batch: int = 1024) -> dict:
+    """Peak bytes of one training step (value and gradient w.r.t. the parameters)."""
+    params = residual_mlp_params(depth, width)
+    x = rm.asarray(np.random.default_rng(1).normal(size=(batch, width)), "float32")
+    step = rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, plan)))
+    compiled = step.lower(params, x).compile()
+    compiled(params, x)  # warm up
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    start = time.perf_counter()
+    loss, grads = compiled(params, x)
+    seconds = time.perf_counter() - start
+    _, traced_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {
+        "plan": plan,
+        "evaluator_peak": compiled.last_memory.peak,
+        "tracemalloc_peak": traced_peak,
+        "seconds": seconds,
+        "loss": float(loss),
+        "activation_bytes": batch * width * 4,
+    }
+
+
+def time_ratio(plan, depth: int = 32, width: int = 128, batch: int = 1024, repeats: int = 15) -> float:
+    """Median step time with `plan` over median step time without checkpoints, interleaved."""
+    params = residual_mlp_params(depth, width)
+    x = rm.asarray(np.random.default_rng(1).normal(size=(batch, width)), "float32")
+    steps = {}
+    for p in ("none", plan):
+        step = rm.jit(rm.value_and_grad(lambda p_, x, p=p: residual_mlp_loss(p_, x, p)))
+        steps[p] = step.lower(params, x).compile()
+        steps[p](params, x)
+    times = {p: [] for p in steps}
+    for _ in range(repeats):
+        for p, compiled in steps.items():
+            start = time.perf_counter()
+            compiled(params, x)
+            times[p].append(time.perf_counter() - start)
+    return float(np.median(times[plan]) / np.median(times["none"]))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--depth", type=int, default=32)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=1024)
+    args = parser.parse_args(argv)
+    rows = [measure(p, args.depth, args.width, args.batch) for p in PLANS]
+    base = rows[0]
+    print("| plan | evaluator peak (MiB) | tracemalloc peak (MiB) | ratio vs none | activations |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['plan']} | {r['evaluator_peak'] / 2**20:.1f} | {r['tracemalloc_peak'] / 2**20:.1f} "
+            f"| {r['evaluator_peak'] / base['evaluator_peak']:.2f} "
+            f"| {r['evaluator_peak'] / r['activation_bytes']:.1f} |"
+        )
+    for plan in ("layer", "sqrt"):
+        ratio = time_ratio(plan, args.depth, args.width, args.batch)
+        print(f"step time, {plan} / none (median of interleaved runs): {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
