@@ -10,13 +10,14 @@ import numpy as np
 
 from remat import backends, tree
 from remat.graph import Graph
-from remat.trace import Tensor, asarray, current_trace, trace_function
+from remat.trace import Tensor, asarray, check_argument_leaf, current_trace, trace_function
 
 
 def _signature(leaves) -> tuple:
     out = []
     for x in leaves:
-        t = asarray(x) if not isinstance(x, Tensor) else x
+        check_argument_leaf(x)
+        t = asarray(x)
         out.append((t.shape, t.dtype))
     return tuple(out)
 

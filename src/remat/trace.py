@@ -311,7 +311,7 @@ def asarray(x, dtype=None) -> Tensor:
     """
     if isinstance(x, Tensor):
         return x if dtype is None or x.dtype == np.dtype(dtype) else _ops.astype(x, dtype)
-    if isinstance(x, np.ndarray) or np.isscalar(x) and not isinstance(x, (int, float, bool)):
+    if isinstance(x, (np.ndarray, np.generic)):
         a = np.asarray(x)
     elif isinstance(x, (int, float, bool, list, tuple)):
         a = _default_array(x)
@@ -330,6 +330,15 @@ def asarray(x, dtype=None) -> Tensor:
 
 def is_tensor_like(x) -> bool:
     return isinstance(x, (Tensor, np.ndarray, int, float, bool, np.number, np.bool_))
+
+
+def check_argument_leaf(leaf) -> None:
+    """Arguments of traced functions are arrays; anything else must be made static."""
+    if not is_tensor_like(leaf):
+        raise TypeError(
+            f"argument leaf of type {type(leaf).__name__} is not an array; mark it static "
+            "(static_argnums) or pass it through a closure"
+        )
 
 
 def make_graph(fn):
@@ -355,11 +364,7 @@ def trace_function(fn, args, name: str | None = None):
     structure of the outputs and the parent-trace Vars the graph captured (its last inputs)."""
     leaves, treedef = tree.flatten(args)
     for leaf in leaves:
-        if not is_tensor_like(leaf):
-            raise TypeError(
-                f"argument leaf of type {type(leaf).__name__} is not an array; mark it static "
-                "(static_argnums) or pass it through a closure"
-            )
+        check_argument_leaf(leaf)
     with new_trace(name or getattr(fn, "__name__", "fn")) as t:
         inputs = [t.new_input(a.shape, a.dtype) for a in (asarray(x) for x in leaves)]
         out = fn(*tree.unflatten(treedef, inputs))

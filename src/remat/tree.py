@@ -28,7 +28,7 @@ class TreeDef(NamedTuple):
             return "*"
         if self.kind == "none":
             return "None"
-        inner = ", ".join(map(repr, self.children))
+        inner = ", ".join(repr(c) for c in self.children)
         if self.kind == "dict":
             inner = ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.data, self.children))
             return "{" + inner + "}"

@@ -1,0 +1,164 @@
+"""rm.jit, rm.make_graph, tracing contexts and their errors."""
+
+import numpy as np
+import pytest
+
+import remat as rm
+
+
+def test_one_trace_per_signature():
+    calls = []
+
+    def f(x, y):
+        calls.append(1)
+        return x * y
+
+    jf = rm.jit(f)
+    a, b = rm.ones((2, 3)), rm.ones((2, 3))
+    jf(a, b)
+    jf(a * 2.0, b)
+    assert len(calls) == 1 and jf.trace_count == 1
+    jf(rm.ones((3, 3)), rm.ones((3, 3)))  # new shape
+    jf(rm.ones((2, 3), "float64"), rm.ones((2, 3), "float64"))  # new dtype
+    jf({"k": a}["k"], b)  # same signature again
+    assert len(calls) == 3
+
+
+def test_cache_key_includes_pytree_structure():
+    jf = rm.jit(lambda t: rm.sum(rm.stack(rm.tree.leaves(t))))
+    x = rm.ones((2,))
+    jf((x, x))
+    jf([x, x])
+    jf({"a": x, "b": x})
+    jf({"a": x, "b": x})
+    assert jf.trace_count == 3
+
+
+def test_static_argnums_are_part_of_the_key():
+    jf = rm.jit(lambda x, n, mode: x * float(n) if mode == "mul" else x + float(n), static_argnums=(1, 2))
+    x = rm.ones((2,))
+    np.testing.assert_allclose(jf(x, 3, "mul"), [3.0, 3.0])
+    np.testing.assert_allclose(jf(x, 3, "add"), [4.0, 4.0])
+    np.testing.assert_allclose(jf(x, 3, "mul"), [3.0, 3.0])
+    assert jf.trace_count == 2
+
+
+def test_results_keep_their_structure():
+    out = rm.jit(lambda x: {"double": x * 2.0, "pair": (x, x + 1.0)})(rm.ones((2,)))
+    assert set(out) == {"double", "pair"} and isinstance(out["pair"], tuple)
+    assert isinstance(out["double"], rm.Tensor)
+    np.testing.assert_allclose(out["pair"][1], [2.0, 2.0])
+
+
+def test_inputs_may_be_numpy_arrays_and_python_scalars():
+    out = rm.jit(lambda x, s: x * s)(np.ones(3, np.float32), 2.0)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, [2.0] * 3)
+
+
+def test_lower_as_text_and_compile():
+    jf = rm.jit(lambda x: rm.tanh(x))
+    lowered = jf.lower(rm.ones((2,)))
+    assert lowered.as_text() == "graph(a:f32[2]) {\n  b:f32[2] = tanh a\n  return b\n}"
+    compiled = lowered.compile()
+    np.testing.assert_allclose(compiled(rm.zeros((2,))), [0.0, 0.0])
+
+
+def test_unknown_backend_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown backend 'tpu9'.*numpy, xla"):
+        rm.jit(lambda x: x, backend="tpu9")
+
+
+def test_jit_inside_a_transformation_is_inlined():
+    inner = rm.jit(lambda x: rm.sin(x))
+    g = rm.grad(lambda x: rm.sum(inner(x)))(rm.zeros((3,)))
+    np.testing.assert_allclose(g, [1.0, 1.0, 1.0])
+
+
+def test_a_10000_node_graph_runs():
+    def chain(x):
+        for _ in range(10_000):
+            x = x + 1.0
+        return x
+
+    g = rm.make_graph(chain)(rm.zeros(()))
+    assert len(g.nodes) == 10_000
+    assert float(rm.jit(chain)(rm.zeros(()))) == 10_000.0
+
+
+def test_evaluator_frees_buffers_after_last_use():
+    x = rm.ones((256,))  # 1 KiB per buffer
+
+    def f(x):
+        for _ in range(50):
+            x = rm.sin(x)
+        return x
+
+    compiled = rm.jit(f).lower(x).compile()
+    compiled(x)
+    assert compiled.last_memory.peak == 2 * 1024  # one input and one output alive at a time
+    assert compiled.last_memory.live == 1024
+
+
+# ---------------------------------------------------------------- tracing errors
+
+
+def test_bool_of_a_traced_tensor_names_where():
+    def f(x):
+        if x > 0:
+            return x
+        return -x
+
+    with pytest.raises(TypeError, match=r"rm\.where"):
+        rm.jit(f)(rm.ones(()))
+
+
+def test_escaped_tracer_is_a_clear_error():
+    leaked = []
+
+    def f(x):
+        leaked.append(x * 2.0)
+        return x
+
+    rm.jit(f)(rm.ones((2,)))
+    with pytest.raises(TypeError, match=r"traced inside `jit\(f\)`.*escaped tracer"):
+        leaked[0] + 1.0
+    with pytest.raises(TypeError, match="escaped tracer"):
+        rm.jit(lambda y: y + leaked[0])(rm.ones((2,)))
+
+
+def test_error_names_op_shapes_and_user_line():
+    def f(x, y):
+        return x + y  # the line the error points at
+
+    with pytest.raises(ValueError, match=r"add: shapes \(4, 8\) and \(3,\) do not broadcast.*test_jit.py:\d+"):
+        rm.jit(f)(rm.ones((4, 8)), rm.ones((3,)))
+
+
+def test_next_trace_works_after_an_error():
+    with pytest.raises(ValueError):
+        rm.jit(lambda x: x @ rm.ones((5, 5)))(rm.ones((2, 3)))
+    assert rm.trace.current_trace() is None
+    np.testing.assert_allclose(rm.jit(lambda x: x * 2.0)(rm.ones((2,))), [2.0, 2.0])
+
+
+def test_non_array_argument_leaf_is_a_type_error():
+    with pytest.raises(TypeError, match="static_argnums"):
+        rm.jit(lambda x, s: x)(rm.ones(()), "hello")
+
+
+def test_traced_function_returning_a_non_tensor_is_a_type_error():
+    with pytest.raises(TypeError, match="returned a str"):
+        rm.jit(lambda x: "nope")(rm.ones(()))
+
+
+def test_make_graph_on_nested_traces_captures_outer_tensors():
+    inner_graphs = []
+
+    def f(x):
+        inner_graphs.append(rm.make_graph(lambda y: y * x)(rm.ones((2,))))
+        return x
+
+    rm.jit(f)(rm.ones((2,)))
+    (g,) = inner_graphs
+    assert len(g.inputs) == 2  # y, then the captured x of the enclosing trace
