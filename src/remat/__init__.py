@@ -7,7 +7,7 @@
 (2, 3)
 """
 
-from remat import dtypes, tree
+from remat import dtypes, memory, nn, policies, random, tree
 from remat.autodiff import grad, value_and_grad, vjp
 from remat.checkpoint import checkpoint, remat
 from remat.dtypes import bool_, float32, float64, int32, int64
@@ -35,6 +35,7 @@ from remat.ops import (
     full,
     greater,
     greater_equal,
+    index_add,
     less,
     less_equal,
     log,
@@ -78,5 +79,6 @@ from remat.ops import (
     zeros_like,
 )
 from remat.trace import Tensor, asarray, make_graph
+from remat.vectorize import devectorize, vectorize, vmap
 
 __version__ = "0.1.0"

@@ -17,6 +17,7 @@ from remat.graph import Graph, Var
 from remat.jit import call_traced
 from remat.ops.core import OPS
 from remat.trace import Tensor, asarray, bind, current_trace, trace_function
+from remat.vectorize import align_to
 
 
 def replay(graph: Graph, inputs: list[Tensor]) -> dict[Var, Tensor]:
@@ -63,7 +64,7 @@ def backward_pass(graph: Graph, env: dict[Var, Tensor], out_cts) -> list[Tensor 
 
 
 def _zeros_like(t: Tensor) -> Tensor:
-    return asarray(np.zeros(t.shape, t.dtype))
+    return Tensor._concrete(np.zeros(t._full_shape, t.dtype), t._vaxes)
 
 
 def vjp(fn: Callable, *primals, has_aux: bool = False):
@@ -87,25 +88,25 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
         out = fn(*tree.unflatten(in_tree, xs))
         return out if has_aux else (out, None)
 
-    graph, out_tree, captured = trace_function(flat_fn, inputs, name=f"vjp({_name(fn)})")
-    trace = current_trace()
-    env = replay(graph, inputs + [Tensor._traced(trace, v) for v in captured])
-    out_leaves = [env[v] for v in graph.outputs]
-    (primal_tree, aux_tree) = out_tree.children
+    traced = trace_function(flat_fn, inputs, name=f"vjp({_name(fn)})")
+    graph, trace = traced.graph, current_trace()
+    # The graph sees vectorized axes as plain leading axes; so does the replay.
+    env = replay(graph, [x._raw() for x in inputs] + [Tensor._traced(trace, v) for v in traced.captured])
+    out, aux = traced.wrap_outputs([env[v] for v in graph.outputs])
+    primal_tree = traced.out_tree.children[0]
     n_primal = primal_tree.num_leaves
-    out = tree.unflatten(primal_tree, out_leaves[:n_primal])
 
     def vjp_fn(cotangent):
         ct_leaves, ct_tree = tree.flatten(cotangent)
         if ct_tree != primal_tree:
             raise TypeError(f"vjp: cotangent structure {ct_tree!r} differs from the output's {primal_tree!r}")
-        cts = [asarray(c) for c in ct_leaves] + [None] * (len(graph.outputs) - n_primal)
-        grads = backward_pass(graph, env, cts)[: len(inputs)]
-        grads = [_zeros_like(x) if g is None else g for g, x in zip(grads, inputs)]
+        cts = [align_to(asarray(c), v)._raw() for c, v in zip(ct_leaves, traced.out_vaxes)]
+        grads = backward_pass(graph, env, cts + [None] * (len(graph.outputs) - n_primal))[: len(inputs)]
+        grads = [_zeros_like(x) if g is None else g._relabel(x._vaxes) for g, x in zip(grads, inputs)]
         return tree.unflatten(in_tree, grads)
 
     if has_aux:
-        return out, vjp_fn, tree.unflatten(aux_tree, out_leaves[n_primal:])
+        return out, vjp_fn, aux
     return out, vjp_fn
 
 
@@ -157,16 +158,32 @@ def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bo
                 full[i] = x
             return fn(*full)
 
-        if has_aux:
-            out, back, aux = vjp(partial, *diff, has_aux=True)
-        else:
-            out, back = vjp(partial, *diff)
+        def run_vjp(xs):
+            result = vjp(partial, *xs, has_aux=has_aux)
+            return result if has_aux else (*result, None)
+
+        out, back, aux = run_vjp(diff)
         _check_scalar(out)
-        grads = back(asarray(np.ones((), out.dtype)))
+        if _lacks_output_axes(diff, out):
+            # A vectorized output asks for per-entry gradients: give every input the output's
+            # vectorized axes it lacks, so entry i of the output only sees entry i of the input.
+            diff = tree.map(lambda x: align_to(asarray(x), _axes_for(asarray(x), out)), diff)
+            out, back, aux = run_vjp(diff)
+        grads = back(Tensor._concrete(np.ones(out._full_shape, out.dtype), out._vaxes))
         grads = grads[0] if isinstance(argnums, int) else grads
         return ((out, aux) if has_aux else out), grads
 
     return wrapped
+
+
+def _axes_for(x: Tensor, out: Tensor) -> tuple:
+    own = dict(x._vaxes)
+    return tuple((n, k) for n, k in out._vaxes if n not in own) + x._vaxes
+
+
+def _lacks_output_axes(diff, out: Tensor) -> bool:
+    names = {n for n, _ in out._vaxes}
+    return any(names - {n for n, _ in asarray(x)._vaxes} for x in tree.leaves(diff))
 
 
 def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False):

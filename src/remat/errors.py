@@ -9,7 +9,13 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 class RematError(Exception):
-    """Base of remat's own errors; each is also a TypeError or a ValueError."""
+    """Base of remat's own errors; each is also a TypeError or a ValueError. The message ends
+    with the user's line that caused it, found when the error is made."""
+
+    def __init__(self, message: str, source: str | None = None):
+        self.message = message
+        self.source = source or user_source()
+        super().__init__(message + at_source(self.source))
 
 
 class ShapeError(RematError, ValueError):

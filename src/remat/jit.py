@@ -9,8 +9,15 @@ from typing import Any
 import numpy as np
 
 from remat import backends, tree
-from remat.graph import Graph
-from remat.trace import Tensor, asarray, check_argument_leaf, current_trace, trace_function
+from remat.trace import (
+    Tensor,
+    Traced,
+    asarray,
+    check_argument_leaf,
+    current_trace,
+    is_device_array,
+    trace_function,
+)
 
 
 def _signature(leaves) -> tuple:
@@ -18,20 +25,20 @@ def _signature(leaves) -> tuple:
     for x in leaves:
         check_argument_leaf(x)
         t = asarray(x)
-        out.append((t.shape, t.dtype))
+        out.append((t.shape, t.dtype, t.vectorized_axes))
     return tuple(out)
 
 
 class Lowered:
     """A traced and lowered program: `.as_text()` shows it, `.compile()` makes it runnable."""
 
-    def __init__(self, graph: Graph, out_tree, backend: str, options: dict):
-        self.graph = graph
-        self.out_tree = out_tree
+    def __init__(self, traced: Traced, backend: str, options: dict):
+        self.traced = traced
+        self.graph = traced.graph
         self.backend = backend
         self._module = backends.get(backend)
         self._options = options
-        self._program = self._module.lower(graph, **options) if hasattr(self._module, "lower") else graph
+        self._program = self._module.lower(self.graph, **options) if hasattr(self._module, "lower") else self.graph
 
     def as_text(self) -> str:
         """The program handed to the backend: the graph for NumPy, StableHLO for XLA."""
@@ -46,7 +53,11 @@ class Compiled:
 
     def __init__(self, lowered: Lowered):
         self.lowered = lowered
-        self._run = lowered._module.compile(lowered.graph, **lowered._options)
+        program = lowered._program
+        if hasattr(program, "compile"):  # the backend's own program (XLA): compile what was lowered
+            self._run = program.compile()
+        else:
+            self._run = lowered._module.compile(lowered.graph, **lowered._options)
 
     @property
     def last_memory(self):
@@ -55,15 +66,19 @@ class Compiled:
     def __call__(self, *args):
         leaves = tree.leaves(args)
         outs = self._run(*[_raw(x) for x in leaves])
-        return tree.unflatten(self.lowered.out_tree, [Tensor._concrete(np.asarray(o)) for o in outs])
+        return self.lowered.traced.wrap_outputs([Tensor._concrete(_array(o)) for o in outs])
+
+
+def _array(x):
+    """A backend's result as a tensor's value: device arrays (XLA) stay on their device."""
+    return x if isinstance(x, np.ndarray) or is_device_array(x) else np.asarray(x)
 
 
 def _raw(x):
-    if isinstance(x, Tensor):
-        return x.__array__()
-    if isinstance(x, np.ndarray):
+    """An argument as backends take it: a NumPy or device array, not copied."""
+    if isinstance(x, np.ndarray) or is_device_array(x):
         return x
-    return asarray(x).__array__()
+    return asarray(x)._value
 
 
 class Jitted:
@@ -98,8 +113,8 @@ class Jitted:
         static, dynamic = self._split(args)
         self.trace_count += 1
         name = f"jit({getattr(self.fn, '__name__', 'fn')})"
-        graph, out_tree, _ = trace_function(self._bind_static(static), dynamic, name=name)
-        return Lowered(graph, out_tree, self.backend, self.options)
+        traced = trace_function(self._bind_static(static), dynamic, name=name)
+        return Lowered(traced, self.backend, self.options)
 
     def __call__(self, *args):
         if current_trace() is not None:  # inside another transformation: inline
@@ -127,9 +142,9 @@ def call_traced(fn: Callable, args: tuple):
         return fn(*tree.unflatten(treedef, merged))
 
     name = getattr(fn, "__name__", "fn")
-    graph, out_tree, _ = trace_function(inner, [leaves[i] for i in dynamic], name=name)
-    outs = backends.get("numpy").compile(graph)(*[np.asarray(leaves[i]) for i in dynamic])
-    return tree.unflatten(out_tree, [Tensor._concrete(o) for o in outs])
+    traced = trace_function(inner, [leaves[i] for i in dynamic], name=name)
+    outs = backends.get("numpy").compile(traced.graph)(*[np.asarray(leaves[i]) for i in dynamic])
+    return traced.wrap_outputs([Tensor._concrete(o) for o in outs])
 
 
 def jit(fn: Callable, backend: str = "numpy", static_argnums=(), staged: bool | None = None) -> Jitted:

@@ -8,13 +8,14 @@ trace adds an input for it once and remembers the outer tensor — that is how c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from remat import dtypes, tree
-from remat.errors import TracerError, at_source, user_source
-from remat.graph import Graph, Node, Var
+from remat.errors import RematError, TracerError, at_source, user_source
+from remat.graph import Graph, Node, Var, type_str
 
 if TYPE_CHECKING:
     from remat.ops.core import Op
@@ -50,7 +51,7 @@ class Trace:
         if not t._trace.active or not self._is_ancestor(t._trace):
             raise TracerError(
                 f"a tensor traced inside `{t._trace.name}` was used after that trace ended "
-                f"(an escaped tracer){at_source(user_source())}; return it from the traced "
+                f"(an escaped tracer); return it from the traced "
                 "function instead of storing it outside"
             )
         outer = self.parent.lift(t)
@@ -75,7 +76,7 @@ class Trace:
         if hit is not None:
             return hit[1]
         v = Var(value.shape, value.dtype)
-        self.constants[v] = value
+        self.constants[v] = np.asarray(value)  # a device array (an XLA result) comes to the host
         self._constant_of[id(value)] = (value, v)  # keep `value` alive so its id stays unique
         return v
 
@@ -130,13 +131,19 @@ def abstract_eval(op: Op, avals, params: dict, source: str | None):
         return op.abstract_eval(avals, params)
     except (TypeError, ValueError) as e:
         shapes = ", ".join(f"{tuple(s)} {np.dtype(d)}" for s, d in avals)
-        msg = f"{op.name}: {e} [operands: {shapes}]{at_source(source)}"
-        raise type(e)(msg) from None
+        msg = f"{op.name}: {getattr(e, 'message', e)} [operands: {shapes}]"
+        if isinstance(e, RematError):
+            raise type(e)(msg, source) from None
+        raise type(e)(msg + at_source(source)) from None
 
 
 def bind(op: Op, *args, **params):
     """Apply a primitive to tensors: recorded in the current trace, or run now if there is none."""
     tensors = [asarray(a) for a in args]
+    if any(t._vaxes for t in tensors):
+        from remat.vectorize import bind_vectorized
+
+        return bind_vectorized(op, tensors, params)
     trace = current_trace()
     if trace is not None:
         outs = trace.add_node(op, tensors, params)
@@ -150,12 +157,12 @@ def _eager(op: Op, tensors: list[Tensor], params: dict) -> list[Tensor]:
         if t._trace is not None:
             raise TracerError(
                 f"{op.name}: a tensor traced inside `{t._trace.name}` was used after that trace "
-                f"ended (an escaped tracer){at_source(user_source())}; return it from the traced "
+                f"ended (an escaped tracer); return it from the traced "
                 "function instead of storing it outside"
             )
     from remat.backends.numpy import apply
 
-    values = [t._value for t in tensors]
+    values = [np.asarray(t._value) for t in tensors]  # device arrays too
     avals = abstract_eval(op, [(v.shape, v.dtype) for v in values], params, user_source())
     outs = apply(op.name, values, params, avals)
     return [Tensor._concrete(o) for o in outs]
@@ -164,29 +171,51 @@ def _eager(op: Op, tensors: list[Tensor], params: dict) -> list[Tensor]:
 class Tensor:
     """An n-dimensional array: concrete (a NumPy array) or traced (a Var being recorded)."""
 
-    __slots__ = ("_value", "_trace", "_var")
+    __slots__ = ("_value", "_trace", "_var", "_vaxes")
     __array_priority__ = 100  # so `np_array + tensor` comes to Tensor.__radd__
     __hash__ = None  # type: ignore[assignment]  # == builds a tensor, as in NumPy
 
     @classmethod
-    def _concrete(cls, value: np.ndarray) -> Tensor:
+    def _concrete(cls, value: np.ndarray, vaxes: tuple = ()) -> Tensor:
         t = object.__new__(cls)
-        t._value, t._trace, t._var = value, None, None
+        t._value, t._trace, t._var, t._vaxes = value, None, None, vaxes
         return t
 
     @classmethod
-    def _traced(cls, trace: Trace, var: Var) -> Tensor:
+    def _traced(cls, trace: Trace, var: Var, vaxes: tuple = ()) -> Tensor:
         t = object.__new__(cls)
-        t._value, t._trace, t._var = None, trace, var
+        t._value, t._trace, t._var, t._vaxes = None, trace, var, vaxes
         return t
+
+    def _raw(self) -> Tensor:
+        """This tensor with its vectorized axes as plain leading axes (no copy)."""
+        if not self._vaxes:
+            return self
+        return Tensor._concrete(self._value) if self._trace is None else Tensor._traced(self._trace, self._var)
+
+    def _relabel(self, vaxes: tuple) -> Tensor:
+        """The same storage seen with the leading `vaxes` vectorized."""
+        if self._trace is None:
+            return Tensor._concrete(self._value, vaxes)
+        return Tensor._traced(self._trace, self._var, vaxes)
 
     @property
     def is_concrete(self) -> bool:
         return self._trace is None
 
     @property
+    def _full_shape(self) -> tuple[int, ...]:
+        return tuple(self._value.shape) if self._trace is None else self._var.shape
+
+    @property
     def shape(self) -> tuple[int, ...]:
-        return self._value.shape if self._trace is None else self._var.shape
+        """The shape ops see: vectorized axes are not part of it."""
+        return self._full_shape[len(self._vaxes) :]
+
+    @property
+    def vectorized_axes(self) -> tuple[tuple[str, int], ...]:
+        """`((name, size), ...)` of the vectorized axes, outermost first."""
+        return self._vaxes
 
     @property
     def dtype(self) -> np.dtype:
@@ -204,13 +233,13 @@ class Tensor:
         if self._trace is not None:
             raise TracerError(
                 f"{what} needs a concrete value, but this tensor is traced inside "
-                f"`{self._trace.name}`{at_source(user_source())}; use rm.where(cond, a, b) instead "
+                f"`{self._trace.name}`; use rm.where(cond, a, b) instead "
                 "of `if`/`bool()` on a traced tensor, and pass Python values as static arguments"
             )
         return self._value
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        value = self._concrete_value("converting to a NumPy array")
+        value = np.asarray(self._concrete_value("converting to a NumPy array"))
         return value if dtype is None else value.astype(dtype)
 
     def item(self):
@@ -238,10 +267,11 @@ class Tensor:
             yield self[i]
 
     def __repr__(self) -> str:
+        vec = "".join(f"vectorized[{n}={k}] " for n, k in self._vaxes)
         if self._trace is None:
-            body = np.array2string(self._value, separator=", ", prefix="Tensor(")
-            return f"Tensor({body}, dtype={self.dtype})"
-        return f"Tensor(traced {self._var.type_str} in `{self._trace.name}`)"
+            body = np.array2string(np.asarray(self._value), separator=", ", prefix="Tensor(" + vec)
+            return f"Tensor({vec}{body}, dtype={self.dtype})"
+        return f"Tensor({vec}traced {type_str(self.shape, self.dtype)} in `{self._trace.name}`)"
 
     # Operators and methods delegate to the op functions (bound at the end of this module).
     def __add__(self, o): return _ops.add(self, o)  # noqa: E704
@@ -311,6 +341,8 @@ def asarray(x, dtype=None) -> Tensor:
     """
     if isinstance(x, Tensor):
         return x if dtype is None or x.dtype == np.dtype(dtype) else _ops.astype(x, dtype)
+    if is_device_array(x) and x.dtype == dtypes.canonical(x.dtype if dtype is None else dtype):
+        return Tensor._concrete(x)  # a JAX array stays on its device
     if isinstance(x, (np.ndarray, np.generic)):
         a = np.asarray(x)
     elif isinstance(x, (int, float, bool, list, tuple)):
@@ -329,7 +361,13 @@ def asarray(x, dtype=None) -> Tensor:
 
 
 def is_tensor_like(x) -> bool:
-    return isinstance(x, (Tensor, np.ndarray, int, float, bool, np.number, np.bool_))
+    return isinstance(x, (Tensor, np.ndarray, int, float, bool, np.number, np.bool_)) or is_device_array(x)
+
+
+def is_device_array(x) -> bool:
+    """A JAX array (the XLA backend's values). If JAX isn't loaded, `x` can't be one."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.Array)
 
 
 def check_argument_leaf(leaf) -> None:
@@ -354,23 +392,39 @@ def make_graph(fn):
     """
 
     def traced(*args) -> Graph:
-        return trace_function(fn, args)[0]
+        return trace_function(fn, args).graph
 
     return traced
 
 
-def trace_function(fn, args, name: str | None = None):
-    """Trace `fn(*args)` with every array leaf of `args` an input. Returns the graph, the
-    structure of the outputs and the parent-trace Vars the graph captured (its last inputs)."""
+class Traced(NamedTuple):
+    """A traced function: its graph, the structure of its outputs, the parent-trace Vars it
+    captured (standing for its last inputs) and each output's vectorized axes."""
+
+    graph: Graph
+    out_tree: tree.TreeDef
+    captured: list[Var]
+    out_vaxes: list[tuple]
+
+    def wrap_outputs(self, raw_outputs) -> Any:
+        """Graph outputs (raw tensors) as the traced function's result."""
+        leaves = [t._relabel(v) for t, v in zip(raw_outputs, self.out_vaxes)]
+        return tree.unflatten(self.out_tree, leaves)
+
+
+def trace_function(fn, args, name: str | None = None) -> Traced:
+    """Trace `fn(*args)` with every array leaf of `args` an input."""
     leaves, treedef = tree.flatten(args)
     for leaf in leaves:
         check_argument_leaf(leaf)
     with new_trace(name or getattr(fn, "__name__", "fn")) as t:
-        inputs = [t.new_input(a.shape, a.dtype) for a in (asarray(x) for x in leaves)]
+        tensors = [asarray(x) for x in leaves]
+        inputs = [t.new_input(a._full_shape, a.dtype)._relabel(a._vaxes) for a in tensors]
         out = fn(*tree.unflatten(treedef, inputs))
         out_leaves, out_tree = tree.flatten(out)
-        graph = t.to_graph([_output_tensor(x) for x in out_leaves])
-    return graph, out_tree, t.captured
+        outs = [_output_tensor(x) for x in out_leaves]
+        graph = t.to_graph(outs)
+    return Traced(graph, out_tree, t.captured, [o._vaxes for o in outs])
 
 
 def _output_tensor(x) -> Tensor:

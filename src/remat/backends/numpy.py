@@ -27,8 +27,12 @@ def _index_add(x, idx, upd, *, axis):
     return out
 
 
-def _checkpoint(*args, body, saved, policy, memory=None):
-    return tuple(run(body, args, memory))
+def _checkpoint(*args, body, memory=None, **_):  # saved, policy, num_residuals: for the VJP
+    outs = run(body, args, memory)
+    if memory is not None:  # `run` holds the body's outputs; the caller holds them from here on
+        for o in outs:
+            memory.release(o)
+    return tuple(outs)
 
 
 IMPLS: dict[str, Callable] = {
@@ -67,11 +71,14 @@ IMPLS: dict[str, Callable] = {
 _BLOCKS = {"checkpoint"}  # ops that run sub-graphs and so take the memory counter
 
 
-def apply(op: str, values: list[np.ndarray], params: dict, avals, memory=None) -> list[np.ndarray]:
-    """Run one op on arrays; outputs come back as arrays of exactly the declared dtypes."""
+def apply(op: str, values: list[np.ndarray], params: dict, avals, memory=None, out=None) -> list[np.ndarray]:
+    """Run one op on arrays; outputs come back as arrays of exactly the declared dtypes.
+    `out`, for an elementwise op, is a dying buffer of the output's type to write into."""
     fn = IMPLS[op]
     if op in _BLOCKS:
         out = fn(*values, memory=memory, **params)
+    elif out is not None:
+        out = fn(*values, out=out)
     else:
         out = fn(*values, **params)
     outs = out if isinstance(out, tuple) else (out,)
@@ -122,6 +129,11 @@ class Memory:
             del self._refs[key]
             self.live -= entry[1]
 
+    def sole_owner(self, a: np.ndarray) -> bool:
+        """Whether `a` is a buffer of this run that nothing else shares (safe to overwrite)."""
+        entry = self._refs.get(id(a))
+        return entry is not None and entry[0] is a and entry[2] == 1 and a.flags.writeable
+
     def mark(self) -> None:
         self.timeline.append(self.live)
 
@@ -156,7 +168,8 @@ def run(graph: Graph, args, memory: Memory | None = None) -> list[np.ndarray]:
     for v in frees[0]:  # inputs nobody reads
         memory.release(env.pop(v))
     for node, dead in zip(graph.nodes, frees[1:]):
-        outs = apply(node.op, [env[v] for v in node.inputs], node.params, node.outputs, memory)
+        donated = _donation(node, dead, env, memory)
+        outs = apply(node.op, [env[v] for v in node.inputs], node.params, node.outputs, memory, donated)
         for v, o in zip(node.outputs, outs):
             env[v] = o
             memory.hold(o)
@@ -164,6 +177,18 @@ def run(graph: Graph, args, memory: Memory | None = None) -> list[np.ndarray]:
             memory.release(env.pop(v))
         memory.mark()
     return [env[v] for v in graph.outputs]
+
+
+def _donation(node, dead: list[Var], env: dict, memory: Memory) -> np.ndarray | None:
+    """A buffer dying at `node` that an elementwise op can write its result into, so that
+    `g * (1 - y * y)` needs one new buffer rather than three."""
+    if not isinstance(IMPLS[node.op], np.ufunc) or len(node.outputs) != 1:
+        return None
+    (result,) = node.outputs
+    for v in dead:
+        if v.shape == result.shape and v.dtype == result.dtype and memory.sole_owner(env[v]):
+            return env[v]
+    return None
 
 
 def compile(graph: Graph) -> Callable:

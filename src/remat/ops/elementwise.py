@@ -28,6 +28,12 @@ def _same_unary(x: Aval) -> Aval:
     return x
 
 
+def _numeric_unary(x: Aval) -> Aval:
+    if x.dtype == dtypes.bool_:
+        raise DTypeError("expects a numeric operand, got bool")
+    return x
+
+
 def _bool_unary(x: Aval) -> Aval:
     if x.dtype != dtypes.bool_:
         raise DTypeError(f"expects a bool operand, got {x.dtype}")
@@ -53,6 +59,8 @@ def _binary_rule(result: str):
             raise DTypeError(f"operands must share a dtype, got {x.dtype} and {y.dtype}")
         if result == "float" and not dtypes.is_float(x.dtype):
             raise DTypeError(f"expects float operands, got {x.dtype}")
+        if result == "numeric" and x.dtype == dtypes.bool_:
+            raise DTypeError("expects numeric operands, got bool")
         if result == "bool_in" and x.dtype != dtypes.bool_:
             raise DTypeError(f"expects bool operands, got {x.dtype}")
         dtype = dtypes.bool_ if result in ("bool", "bool_in") else x.dtype
@@ -105,9 +113,9 @@ def _ub(rule):
 
 # ---------------------------------------------------------------- declarations
 
-_neg = declare("negative", _same_unary, lambda g, x, out: (negative(g),))  # d(-x) = -dx
+_neg = declare("negative", _numeric_unary, lambda g, x, out: (negative(g),))  # d(-x) = -dx
 _abs = declare("abs", _same_unary, lambda g, x, out: (g * sign(x),))  # d|x| = sign(x) dx
-_sign = declare("sign", _same_unary, NOT_DIFFERENTIABLE)  # zero almost everywhere
+_sign = declare("sign", _numeric_unary, NOT_DIFFERENTIABLE)  # zero almost everywhere
 _exp = declare("exp", _float_unary, lambda g, x, out: (g * out,))  # d e^x = e^x dx
 _log = declare("log", _float_unary, lambda g, x, out: (g / x,))  # d log x = dx / x
 _log1p = declare("log1p", _float_unary, lambda g, x, out: (g / (1.0 + x),))  # dx / (1 + x)
@@ -118,7 +126,7 @@ _tanh = declare("tanh", _float_unary, lambda g, x, out: (g * (1.0 - out * out),)
 _not = declare("logical_not", _bool_unary, NOT_DIFFERENTIABLE)
 
 _add = declare("add", _binary_rule("same"), _ub(lambda g, x, y, out: (g, g)))
-_sub = declare("subtract", _binary_rule("same"), _ub(lambda g, x, y, out: (g, -g)))
+_sub = declare("subtract", _binary_rule("numeric"), _ub(lambda g, x, y, out: (g, -g)))
 # d(xy) = y dx + x dy
 _mul = declare("multiply", _binary_rule("same"), _ub(lambda g, x, y, out: (g * y, g * x)))
 # d(x/y) = dx / y - x dy / y²

@@ -12,7 +12,7 @@ from remat import dtypes
 from remat.errors import DTypeError, ShapeError
 from remat.ops.core import Aval, declare
 from remat.ops.reduce import normalize_axes
-from remat.ops.shape import flip, reshape, slice
+from remat.ops.shape import flip, permute_dims, reshape, slice
 from remat.trace import Tensor, asarray, bind
 
 
@@ -74,9 +74,10 @@ def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
     used = sum(1 for i in index if i is not None and i is not Ellipsis)
     if used > ndim:
         raise IndexError(f"too many indices ({used}) for a {ndim}-d tensor")
-    if Ellipsis not in index:
+    # Found by identity: `in` and `.index` would compare tensors and arrays with `==`.
+    at = next((k for k, i in enumerate(index) if i is Ellipsis), None)
+    if at is None:
         return index + (builtin_slice(None),) * (ndim - used)
-    at = index.index(Ellipsis)
     return index[:at] + (builtin_slice(None),) * (ndim - used) + index[at + 1 :]
 
 
@@ -88,9 +89,10 @@ def getitem(x, index) -> Tensor:
     index = _expand_ellipsis(index if isinstance(index, tuple) else (index,), x.ndim)
     start, stop, step, flips = [], [], [], []
     final: list[int] = []
-    tensor_axis, tensor_index = None, None
+    tensor_axis, tensor_index, tensor_at = None, None, 0
+    advanced: list[int] = []  # positions in `index` of the ints and the tensor
     axis = 0
-    for item in index:
+    for pos, item in enumerate(index):
         if item is None:
             final.append(1)
             continue
@@ -111,21 +113,29 @@ def getitem(x, index) -> Tensor:
                 raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
             i %= n
             start.append(i), stop.append(i + 1), step.append(1)
+            advanced.append(pos)
         else:
             idx = asarray(item)
             if not dtypes.is_int(idx.dtype):
                 raise IndexError(f"tensor indices must be integers, got {idx.dtype}")
             if tensor_index is not None:
                 raise IndexError("only one integer-tensor index is supported; use take() per axis")
-            tensor_axis, tensor_index = axis, idx
+            tensor_axis, tensor_index, tensor_at = axis, idx, len(final)
             start.append(0), stop.append(n), step.append(1)
             final.extend(idx.shape)
+            advanced.append(pos)
         axis += 1
     out = slice(x, start, stop, step)
     out = flip(out, tuple(flips)) if flips else out
     if tensor_index is not None:
         out = take(out, tensor_index, axis=tensor_axis)
-    return reshape(out, tuple(final))
+    out = reshape(out, tuple(final))
+    if tensor_index is not None and advanced[-1] - advanced[0] >= len(advanced):
+        # As in NumPy: ints and the tensor not side by side put the tensor's axes first.
+        k = tensor_index.ndim
+        rest = [d for d in range(len(final)) if not tensor_at <= d < tensor_at + k]
+        out = permute_dims(out, tuple(range(tensor_at, tensor_at + k)) + tuple(rest))
+    return out
 
 
 def _is_int(item) -> bool:

@@ -65,9 +65,7 @@ def tensordot(a, b, axes=2) -> Tensor:
     normalize_axes(axes_a, a.ndim)
     normalize_axes(axes_b, b.ndim)
     if len(axes_a) != len(axes_b) or any(a.shape[i] != b.shape[j] for i, j in zip(axes_a, axes_b)):
-        raise ShapeError(
-            f"tensordot: axes {axes_a} of {a.shape} and {axes_b} of {b.shape} differ in size"
-        )
+        raise ShapeError(f"tensordot: axes {axes_a} of {a.shape} and {axes_b} of {b.shape} differ in size")
     free_a = tuple(i for i in range(a.ndim) if i not in axes_a)
     free_b = tuple(i for i in range(b.ndim) if i not in axes_b)
     k = math.prod(a.shape[i] for i in axes_a)

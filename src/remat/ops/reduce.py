@@ -59,9 +59,20 @@ def _sum_vjp(g, x, out, *, axes):
 
 
 def _prod_vjp(g, x, out, *, axes):
-    # d prod(x) = sum(prod(x) / x_i dx_i).
-    # NOTE: divides by x, so the gradient is not finite where an element is exactly zero.
-    return (_expand(g, x, axes) * _expand(out, x, axes) / x,)
+    # d prod(x) = sum_i (prod_{j != i} x_j) dx_i. The product of the others is that of the
+    # nonzero ones, prod(x') / x'_i with zeros replaced by 1 (so nothing divides by 0), times
+    # that of the zero ones: 1 if there is none, the other zero itself if there is one (value 0,
+    # derivative 1), else 0. NOTE: exact to second order at zeros, not beyond.
+    from remat.ops.elementwise import where
+
+    zero = x == 0
+    safe = where(zero, 1, x)
+    nonzero_part = _expand(prod(safe, axis=axes), x, axes) / safe
+    zeros = where(zero, x, 0)
+    n_other = _expand(sum(zero, axis=axes), x, axes) - zero.astype(dtypes.int32)
+    other_zero = _expand(sum(zeros, axis=axes), x, axes) - zeros
+    zero_part = where(n_other == 0, 1, where(n_other == 1, other_zero, 0))
+    return (_expand(g, x, axes) * nonzero_part * zero_part,)
 
 
 def _extremum_vjp(g, x, out, *, axes):

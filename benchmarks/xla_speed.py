@@ -1,0 +1,137 @@
+"""Speed of remat on XLA: step-time ratios and a compile-time ratio, never absolute times.
+
+Step time (one process, variants interleaved, each timed `--repeats` times; the best times are
+compared, which other load on the machine disturbs least; medians are shown beside them):
+  remat-on-XLA without checkpoints / the same model written in JAX (`jax.jit(jax.value_and_grad)`)
+  remat staged with a checkpoint per layer / remat-on-XLA without checkpoints
+Compile time (each compile in a fresh process, interleaved; best times compared):
+  remat staged, 64 layers with a checkpoint per layer (identical stages compiled once)
+  / JAX with `jax.checkpoint` per layer on the same model — tracing, lowering and compiling.
+
+The model is the one of `xla_memory.py`: L layers of `h + tanh(h @ w + b)`, loss `mean(h * h)`.
+
+    python benchmarks/xla_speed.py [--layers 32 --width 256 --batch 8192 --repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from xla_memory import _block, compiled_step, jax_loss, make_inputs, remat_loss  # noqa: E402
+
+TARGETS = {"remat none / jax none": 1.10, "remat layer / remat none": 1.40, "compile remat / jax": 2.0}
+
+# (name, implementation, plan)
+VARIANTS = [
+    ("jax none", "jax", "none"),
+    ("remat none", "remat-default", "none"),
+    ("remat layer", "remat-staged", "layer"),
+    ("jax layer", "jax", "layer"),
+]
+
+
+def step_for(impl: str, plan: str, params, x):
+    if impl == "remat-default":  # staged=None: what a user gets (staged on the CPU)
+        import jax
+
+        import remat as rm
+
+        params, x = jax.device_put((params, x))
+        jitted = rm.jit(rm.value_and_grad(lambda p, x: remat_loss(p, x, plan)), backend="xla")
+        compiled = jitted.lower(params, x).compile()
+        return lambda: compiled(params, x)
+    return compiled_step(impl, plan, params, x)[0]
+
+
+def step_times(depth: int, width: int, batch: int, repeats: int) -> dict[str, list[float]]:
+    params, x = make_inputs(depth, width, batch)
+    steps = {name: step_for(impl, plan, params, x) for name, impl, plan in VARIANTS}
+    for step in steps.values():
+        _block(step())  # warm up
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for r in range(repeats):
+        order = list(steps)[r % len(steps) :] + list(steps)[: r % len(steps)]  # rotate the order
+        for name in order:
+            t0 = time.perf_counter()
+            _block(steps[name]())
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def compile_once(impl: str, depth: int, width: int, batch: int) -> float:
+    """Seconds from a fresh function to a compiled step (tracing, lowering, compiling)."""
+    import jax
+
+    import remat as rm
+
+    params, x = make_inputs(depth, width, batch)
+    params, x = jax.device_put((params, x))
+    t0 = time.perf_counter()
+    if impl == "jax":
+        jax.jit(jax.value_and_grad(jax_loss), static_argnums=2).lower(params, x, "layer").compile()
+    else:
+        step = rm.jit(rm.value_and_grad(lambda p, x: remat_loss(p, x, "layer")), backend="xla", staged=True)
+        step.lower(params, x).compile()
+    return time.perf_counter() - t0
+
+
+def compile_times(depth: int, width: int, batch: int, repeats: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"remat": [], "jax": []}
+    for r in range(repeats):
+        for impl in (("remat", "jax") if r % 2 == 0 else ("jax", "remat")):
+            args = [sys.executable, os.path.abspath(__file__), "--compile-child", impl,
+                    "--layers", str(depth), "--width", str(width), "--batch", str(batch)]
+            done = subprocess.run(args, capture_output=True, text=True, check=True)
+            times[impl].append(float(done.stdout.strip().splitlines()[-1]))
+    return times
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--layers", type=int, default=32)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--batch", type=int, default=8192)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--compile-layers", type=int, default=64)
+    p.add_argument("--compile-repeats", type=int, default=3)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--compile-child", choices=("remat", "jax"), help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.compile_child:
+        print(compile_once(a.compile_child, a.layers, a.width, a.batch))
+        return 0
+
+    steps = step_times(a.layers, a.width, a.batch, a.repeats)
+    compiles = compile_times(a.compile_layers, a.width, a.batch, a.compile_repeats)
+    pairs = {
+        "remat none / jax none": (steps["remat none"], steps["jax none"]),
+        "remat layer / remat none": (steps["remat layer"], steps["remat none"]),
+        "jax layer / jax none": (steps["jax layer"], steps["jax none"]),
+        "compile remat / jax": (compiles["remat"], compiles["jax"]),
+    }
+    ratios = {k: min(x) / min(y) for k, (x, y) in pairs.items()}
+    medians = {k: statistics.median(x) / statistics.median(y) for k, (x, y) in pairs.items()}
+    if a.json:
+        print(json.dumps({"best": ratios, "median": medians}))
+        return 0
+    print(f"step: {a.layers} layers, width {a.width}, batch {a.batch}, best of {a.repeats}, interleaved")
+    print(f"compile: {a.compile_layers} layers, a checkpoint per layer, best of {a.compile_repeats} fresh processes")
+    failures = []
+    for name, ratio in ratios.items():
+        limit = TARGETS.get(name)
+        verdict = "" if limit is None else (f"<= {limit}  ok" if ratio <= limit else f"> {limit}  NOT MET")
+        failures += [name] if limit is not None and ratio > limit else []
+        print(f"  {name:<26}{ratio:6.2f}x  (median {medians[name]:.2f}x)  {verdict}")
+    print("targets met" if not failures else "NOT MET: " + ", ".join(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""The XLA backend: a Graph lowered op by op to `jax.lax` and run as one or several executables.
+
+- **Fused** (`staged=False`): the whole graph is one XLA executable; `barrier` becomes
+  `lax.optimization_barrier`. Right where the compiler honours barriers (GPU, TPU).
+- **Staged** (`staged=True`): the graph is cut before every top-level `barrier` into stages, each
+  its own executable, run one after another; a stage receives only the values it reads and hands
+  on only those later stages (or the result) read. XLA:CPU drops optimization barriers and then
+  keeps every activation alive (`jax.checkpoint` saves nothing there); with stages, a checkpoint's
+  recomputed internals cannot outlive the stage that recomputes them. Structurally identical
+  stages (every layer of a model) share one executable.
+
+`staged=None` picks staged on the CPU and fused elsewhere. Values stay on the device between
+stages and between calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from remat.graph import Graph, Var
+
+# ---------------------------------------------------------------- the lowering table
+
+
+def _divide(x, y):
+    # lax.div truncates integers toward zero, as NumPy's true division cast back to int does.
+    return lax.div(*jnp.broadcast_arrays(x, y))
+
+
+def _slice(x, *, start, stop, step):
+    return lax.slice(x, start, tuple(max(a, b) for a, b in zip(start, stop)), step)
+
+
+def _pad(x, *, lo, hi, interior):
+    return lax.pad(x, jnp.zeros((), x.dtype), tuple(zip(lo, hi, interior)))
+
+
+def _along(axis: int, idx) -> tuple:
+    return (slice(None),) * axis + (idx,)
+
+
+def _reduce(fn) -> Callable:
+    return lambda x, *, axes: fn(x, axis=axes)
+
+
+def _checkpoint(*args, body: Graph, **_):  # saved, policy, num_residuals: for the VJP
+    # Forward evaluation inlines the body: its internals are temporaries of the enclosing executable.
+    return tuple(evaluate(body, args))
+
+
+IMPLS: dict[str, Callable] = {
+    "negative": lax.neg, "abs": jnp.abs, "sign": jnp.sign, "exp": lax.exp, "log": lax.log,
+    "log1p": lax.log1p, "sqrt": lax.sqrt, "sin": lax.sin, "cos": lax.cos, "tanh": lax.tanh,
+    "logical_not": jnp.logical_not,
+    "add": jnp.add, "subtract": jnp.subtract, "multiply": jnp.multiply, "divide": _divide,
+    "pow": jnp.power, "maximum": jnp.maximum, "minimum": jnp.minimum,
+    "equal": jnp.equal, "not_equal": jnp.not_equal, "less": jnp.less, "less_equal": jnp.less_equal,
+    "greater": jnp.greater, "greater_equal": jnp.greater_equal,
+    "logical_and": jnp.logical_and, "logical_or": jnp.logical_or,
+    "where": jnp.where,
+    "convert": lambda x, *, dtype: lax.convert_element_type(x, dtype),
+    "sum": _reduce(jnp.sum), "prod": _reduce(jnp.prod), "max": _reduce(jnp.max), "min": _reduce(jnp.min),
+    "argmax": lambda x, *, axis: jnp.argmax(x, axis=axis),
+    "argmin": lambda x, *, axis: jnp.argmin(x, axis=axis),
+    "reshape": lambda x, *, shape: lax.reshape(x, shape),
+    "permute_dims": lambda x, *, axes: lax.transpose(x, axes),
+    "broadcast_to": lambda x, *, shape: jnp.broadcast_to(x, shape),
+    "concat": lambda *xs, axis: lax.concatenate(xs, axis),
+    "slice": _slice,
+    "pad": _pad,
+    "flip": lambda x, *, axes: lax.rev(x, axes),
+    # HIGHEST: float32 products in float32 everywhere (no TF32 on GPUs), as NumPy computes them.
+    "matmul": lambda a, b: jnp.matmul(a, b, precision=lax.Precision.HIGHEST),
+    "take": lambda x, idx, *, axis: x[_along(axis, idx)],
+    "index_add": lambda x, idx, upd, *, axis: x.at[_along(axis, idx)].add(upd),
+    "stop_gradient": lambda x: x,
+    "barrier": lambda *xs: lax.optimization_barrier(xs),
+    "checkpoint_name": lambda x, *, name: x,
+    "checkpoint": _checkpoint,
+}
+
+
+def _constant(a: np.ndarray):
+    """A graph constant inside a traced function: a literal, or a broadcast when all its elements
+    are equal (zeros, ones), so large constants cost no program text."""
+    if a.ndim and a.size and (a == a.flat[0]).all():
+        return jnp.full(a.shape, a.flat[0], a.dtype)
+    return a
+
+
+def evaluate(graph: Graph, args) -> list:
+    """`graph` applied to JAX values (tracers inside `jax.jit`): a loop over the lowering table."""
+    env = {v: _constant(a) for v, a in graph.constants.items()}
+    env.update(zip(graph.inputs, args))
+    for node in graph.nodes:
+        out = IMPLS[node.op](*[env[v] for v in node.inputs], **node.params)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        for v, o in zip(node.outputs, outs):  # jnp may widen (sum of bools, argmax in x64 mode)
+            env[v] = o if o.dtype == v.dtype else lax.convert_element_type(o, v.dtype)
+    return [env[v] for v in graph.outputs]
+
+
+# ---------------------------------------------------------------- structure: what makes stages equal
+
+
+def structure(graph: Graph) -> tuple:
+    """A hashable description of `graph` up to the identity of its Vars: types, ops, params
+    (sub-graphs described the same way), constants by value, and the wiring by position."""
+    ids: dict[Var, int] = {}
+
+    def define(v: Var) -> tuple:
+        ids[v] = len(ids)
+        return v.shape, v.dtype.str
+
+    ins = tuple(define(v) for v in graph.inputs)
+    consts = tuple((define(v), _key(a)) for v, a in graph.constants.items())
+    nodes = tuple(
+        (n.op, _key(n.params), tuple(ids[v] for v in n.inputs), tuple(define(v) for v in n.outputs))
+        for n in graph.nodes
+    )
+    return ins, consts, nodes, tuple(ids[v] for v in graph.outputs)
+
+
+def _key(value):
+    if isinstance(value, Graph):
+        return structure(value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _key(v)) for k, v in value.items()))
+    if isinstance(value, (tuple, list)):
+        return tuple(_key(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return "array", value.shape, value.dtype.str, hashlib.sha1(value.tobytes()).hexdigest()
+    if isinstance(value, np.dtype):
+        return value.str
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return type(value).__name__, value
+
+
+# ---------------------------------------------------------------- the stage planner
+
+
+@dataclass
+class Stage:
+    """One executable's worth of the graph. `graph` holds the stage's nodes as a function of the
+    values it reads (scalar constants stay inside); `dead` are the inputs nothing after it reads;
+    `donate` the positions of dead inputs XLA may overwrite with outputs of the same type."""
+
+    graph: Graph
+    dead: list[Var]
+    donate: tuple[int, ...]
+    key: tuple
+
+
+def plan(graph: Graph, staged: bool) -> list[Stage]:
+    """Cut `graph` before each top-level barrier (staged) or nowhere (fused)."""
+    cuts = [i for i, n in enumerate(graph.nodes) if staged and n.op == "barrier" and i > 0]
+    bounds = [0, *cuts, len(graph.nodes)]
+    segments = [graph.nodes[a:b] for a, b in zip(bounds, bounds[1:])]
+    last: dict[Var, int] = {}  # the last stage reading each Var; len(segments): the result does
+    for s, nodes in enumerate(segments):
+        for n in nodes:
+            last.update((v, s) for v in n.inputs)
+    last.update((v, len(segments)) for v in graph.outputs)
+    mine = set(graph.inputs) | set(graph.constants)  # values the caller owns: never donated
+    return [_stage(s, nodes, graph, last, mine) for s, nodes in enumerate(segments)]
+
+
+def _stage(s: int, nodes, graph: Graph, last: dict[Var, int], mine: set[Var]) -> Stage:
+    defined = {v for n in nodes for v in n.outputs}
+    ins: dict[Var, None] = {}
+    scalars = {}
+    for n in nodes:
+        for v in n.inputs:
+            if v in defined:
+                continue
+            if v in graph.constants and graph.constants[v].ndim == 0:
+                scalars[v] = graph.constants[v]
+            else:
+                ins.setdefault(v)
+    outs = [v for n in nodes for v in n.outputs if last.get(v, s) > s]
+    inputs = list(ins)
+    dead = [v for v in inputs if last[v] == s]
+    donate = _donatable(inputs, [v for v in dead if v not in mine], outs)
+    sub = Graph(inputs, outs, nodes, scalars)
+    return Stage(sub, dead, donate, (structure(sub), donate))
+
+
+def _donatable(inputs: list[Var], dead: list[Var], outs: list[Var]) -> tuple[int, ...]:
+    """Positions of dead inputs, at most as many of each type as there are outputs of that type
+    (XLA can reuse a donated buffer only for an output of the same shape and dtype)."""
+    room: dict[tuple, int] = {}
+    for v in outs:
+        room[v.shape, v.dtype] = room.get((v.shape, v.dtype), 0) + 1
+    picked = []
+    for v in dead:
+        if room.get((v.shape, v.dtype), 0) > 0:
+            room[v.shape, v.dtype] -= 1
+            picked.append(inputs.index(v))
+    return tuple(sorted(picked))
+
+
+# ---------------------------------------------------------------- lowering and running
+
+
+def default_staged() -> bool:
+    """Staged on the CPU, whose XLA drops optimization barriers; fused on GPUs and TPUs."""
+    return jax.default_backend() == "cpu"
+
+
+class Program:
+    """A Graph planned into stages. `str()` is the StableHLO of every stage; `compile()` gives
+    the callable that runs them."""
+
+    def __init__(self, graph: Graph, staged: bool | None = None):
+        self.graph = graph
+        self.staged = default_staged() if staged is None else bool(staged)
+        self.stages = plan(graph, self.staged)
+        self.x64 = any(v.dtype.itemsize == 8 for v in _all_vars(graph))
+        self._lowered: dict[tuple, jax.stages.Lowered] = {}
+
+    def mode(self):
+        """64-bit dtypes need JAX's x64 mode while tracing, transferring and running."""
+        return _x64() if self.x64 else contextlib.nullcontext()
+
+    def lowered(self, stage: Stage) -> jax.stages.Lowered:
+        hit = self._lowered.get(stage.key)
+        if hit is None:
+            g = stage.graph
+            avals = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in g.inputs]
+
+            def stage_fn(*xs):
+                return evaluate(g, xs)
+
+            with self.mode(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*donated buffers.*")
+                hit = jax.jit(stage_fn, donate_argnums=stage.donate).lower(*avals)
+            self._lowered[stage.key] = hit
+        return hit
+
+    def as_text(self) -> str:
+        if not self.staged:
+            return self.lowered(self.stages[0]).as_text()
+        first: dict[tuple, int] = {}
+        lines = []
+        for i, stage in enumerate(self.stages):
+            if stage.key in first:
+                lines.append(f"// stage {i}: the executable of stage {first[stage.key]}")
+                continue
+            first[stage.key] = i
+            lines += [f"// stage {i}:", self.lowered(stage).as_text()]
+        head = f"// staged: {len(self.stages)} stages, {len(first)} executables"
+        return "\n".join([head, *lines])
+
+    __str__ = as_text
+
+    def compile(self) -> Callable:
+        return Runner(self)
+
+
+def _x64():
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64  # JAX before 0.7
+
+    return enable_x64()
+
+
+def _all_vars(graph: Graph):
+    yield from graph.inputs
+    yield from graph.constants
+    for node in graph.walk():
+        yield from node.outputs
+
+
+class Runner:
+    """Runs a Program's stages in order, keeping each value only as long as a later stage needs it."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        graph = program.graph
+        with program.mode():
+            compiled = {s.key: program.lowered(s).compile() for s in program.stages}
+            # Constants the stages take as inputs (non-scalars) or the caller gets back, on the device once.
+            wanted = {v: a for v, a in graph.constants.items() if a.ndim or v in graph.outputs}
+            self._consts = dict(zip(wanted, jax.device_put(list(wanted.values()))))
+        self._steps = [(s, compiled[s.key]) for s in program.stages]
+        self.executables = len(compiled)
+
+    def __call__(self, *args) -> list:
+        graph = self.program.graph
+        with self.program.mode():
+            env = dict(self._consts)
+            env.update(zip(graph.inputs, _to_device(graph.inputs, args)))
+            for stage, executable in self._steps:
+                ins = [env[v] for v in stage.graph.inputs]
+                for v in stage.dead:
+                    del env[v]
+                outs = executable(*ins)
+                del ins  # the last references to dead inputs: XLA may free them now
+                env.update(zip(stage.graph.outputs, outs))
+            return [env[v] for v in graph.outputs]
+
+
+def _to_device(vars_: list[Var], args) -> list:
+    out = []
+    for v, a in zip(vars_, args):
+        if not isinstance(a, jax.Array):
+            a = jax.device_put(np.asarray(a))
+        out.append(a if a.dtype == v.dtype else a.astype(v.dtype))
+    return out
+
+
+def lower(graph: Graph, staged: bool | None = None) -> Program:
+    """The program for `graph`; `.as_text()` lowers it to StableHLO without compiling."""
+    return Program(graph, staged)
+
+
+def compile(graph: Graph, staged: bool | None = None) -> Callable:
+    """A callable running `graph` on NumPy or JAX arrays; it returns JAX arrays."""
+    return Program(graph, staged).compile()

@@ -1,0 +1,231 @@
+"""Neural-network helpers composed from remat ops: they need no VJP or lowering of their own.
+
+Reductions that exponentiate subtract a `stop_gradient`-ed maximum first, so they neither
+overflow nor change the gradient (the functions are shift-invariant).
+"""
+
+from __future__ import annotations
+
+import math
+
+from remat import dtypes
+from remat import random as _random
+from remat.errors import DTypeError, ShapeError
+from remat.ops import (
+    abs,
+    arange,
+    equal,
+    exp,
+    expand_dims,
+    log,
+    max,
+    mean,
+    multiply,
+    sqrt,
+    stop_gradient,
+    sum,
+    tanh,
+    where,
+    zeros_like,
+)
+from remat.ops.reduce import normalize_axes
+from remat.trace import Tensor, asarray
+
+
+def relu(x) -> Tensor:
+    """`max(x, 0)` elementwise.
+
+    >>> import remat as rm
+    >>> rm.nn.relu(rm.asarray([-1.0, 0.0, 2.0]))
+    Tensor([0., 0., 2.], dtype=float32)
+    """
+    x = asarray(x)
+    # NOTE: written as where(x > 0, x, 0) rather than maximum(x, 0), whose VJP splits a tie
+    # evenly: this way the gradient at the kink x == 0 is 0, as in JAX.
+    return where(x > 0, x, 0)
+
+
+def sigmoid(x) -> Tensor:
+    """The logistic function `1 / (1 + exp(-x))`, without overflow for any `x`.
+
+    >>> import remat as rm
+    >>> rm.nn.sigmoid(rm.asarray([-1000.0, 0.0, 1000.0]))
+    Tensor([0. , 0.5, 1. ], dtype=float32)
+    """
+    x = _float(x)
+    # e = exp(-|x|) <= 1 in both branches, so neither can overflow (a where over an overflowing
+    # branch gives nan gradients). NOTE: -|x| is written with where, not abs, whose gradient at
+    # 0 is sign(0) = 0 and would make the gradient at x == 0 wrong.
+    nonneg = x >= 0
+    e = exp(where(nonneg, -x, x))
+    return where(nonneg, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def gelu(x, approximate: bool = True) -> Tensor:
+    """Gaussian error linear unit `x * Phi(x)`; `approximate` uses the tanh form (as JAX does
+    by default).
+
+    >>> import remat as rm
+    >>> rm.nn.gelu(rm.asarray([0.0, 1.0]), approximate=False)
+    Tensor([0.       , 0.8413447], dtype=float32)
+    """
+    x = _float(x)
+    if approximate:
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))
+        return 0.5 * x * (1.0 + tanh(inner))
+    # x * Phi(x) = x/2 * erfc(-x/sqrt 2); erfc of a negative argument is 2 - erfc(|z|).
+    z = x * (1.0 / math.sqrt(2.0))
+    tail = _erfc_nonneg(where(x < 0, -z, z))
+    return 0.5 * x * where(x < 0, tail, 2.0 - tail)
+
+
+def _erfc_nonneg(z: Tensor) -> Tensor:
+    """erfc(z) for z >= 0 with relative error below 1.2e-7 (Numerical Recipes' Chebyshev fit).
+
+    NOTE: remat has no erf primitive, so exact gelu differentiates this fit: its gradient agrees
+    with the true one to float32 precision, not to float64 precision."""
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = 0.17087277
+    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
+              0.09678418, 0.37409196, 1.00002368, -1.26551223):
+        poly = c + t * poly
+    return t * exp(poly - z * z)
+
+
+def _max_shift(x: Tensor, axis) -> Tensor:
+    """The maximum over `axis` (kept), with no gradient and 0 where it is infinite, so that
+    `x - shift` is finite wherever `x` is."""
+    m = max(x, axis=axis, keepdims=True)
+    return stop_gradient(where(abs(m) < math.inf, m, 0.0))
+
+
+def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
+    """`log(sum(exp(x), axis))`, computed without overflow.
+
+    >>> import remat as rm
+    >>> rm.nn.logsumexp(rm.asarray([1000.0, 1000.0]))
+    Tensor(1000.6932, dtype=float32)
+    """
+    x = _float(x)
+    axes = normalize_axes(axis, x.ndim)
+    shift = _max_shift(x, axes)
+    out = log(sum(exp(x - shift), axis=axes, keepdims=True)) + shift
+    return out if keepdims else _drop(out, axes)
+
+
+def log_softmax(x, axis: int = -1) -> Tensor:
+    """`x - logsumexp(x, axis)`: log-probabilities along `axis`.
+
+    >>> import remat as rm
+    >>> rm.nn.log_softmax(rm.asarray([0.0, 0.0]))
+    Tensor([-0.6931472, -0.6931472], dtype=float32)
+    """
+    x = _float(x)
+    shifted = x - _max_shift(x, axis)
+    return shifted - log(sum(exp(shifted), axis=axis, keepdims=True))
+
+
+def softmax(x, axis: int = -1) -> Tensor:
+    """`exp(x) / sum(exp(x), axis)`: probabilities along `axis`.
+
+    >>> import remat as rm
+    >>> rm.nn.softmax(rm.asarray([0.0, 0.0, -float("inf")]))
+    Tensor([0.5, 0.5, 0. ], dtype=float32)
+    """
+    x = _float(x)
+    e = exp(x - _max_shift(x, axis))
+    return e / sum(e, axis=axis, keepdims=True)
+
+
+def layer_norm(x, gamma=None, beta=None, axis=-1, eps: float = 1e-5) -> Tensor:
+    """`(x - mean) / sqrt(var + eps) * gamma + beta`, the statistics taken over `axis` (an int
+    or a tuple); `gamma` and `beta` broadcast against `x` and may be None.
+
+    >>> import remat as rm
+    >>> rm.nn.layer_norm(rm.asarray([1.0, 3.0]), eps=0.0)
+    Tensor([-1.,  1.], dtype=float32)
+    """
+    x = _float(x)
+    axes = normalize_axes(axis, x.ndim)
+    centered = x - mean(x, axis=axes, keepdims=True)
+    var = mean(centered * centered, axis=axes, keepdims=True)
+    out = centered / sqrt(var + eps)
+    if gamma is not None:
+        out = out * gamma
+    if beta is not None:
+        out = out + beta
+    return out
+
+
+def one_hot(labels, num_classes: int, dtype=dtypes.float32) -> Tensor:
+    """`labels` (integers) as one-hot vectors along a new last axis; out-of-range labels give
+    all zeros.
+
+    >>> import remat as rm
+    >>> rm.nn.one_hot(rm.asarray([2, 0]), 3)
+    Tensor([[0., 0., 1.],
+            [1., 0., 0.]], dtype=float32)
+    """
+    labels = _int_labels(labels, "one_hot")
+    hit = equal(expand_dims(labels, -1), arange(int(num_classes), dtype=labels.dtype))
+    return hit.astype(dtype)
+
+
+def cross_entropy(logits, labels) -> Tensor:
+    """The mean over the batch (all leading axes) of `-log_softmax(logits)[..., label]`.
+    `logits` has shape `labels.shape + (num_classes,)`.
+
+    >>> import remat as rm
+    >>> rm.nn.cross_entropy(rm.zeros((2, 4)), rm.asarray([1, 3]))
+    Tensor(1.3862944, dtype=float32)
+    """
+    logits = _float(logits)
+    labels = _int_labels(labels, "cross_entropy")
+    if logits.ndim < 1 or logits.shape[:-1] != labels.shape:
+        raise ShapeError(
+            f"cross_entropy: logits {logits.shape} must be labels {labels.shape} + (num_classes,)"
+        )
+    picked = multiply(one_hot(labels, logits.shape[-1], logits.dtype), log_softmax(logits))
+    return -mean(sum(picked, axis=-1))
+
+
+def dropout(key, x, rate: float, deterministic: bool = False) -> Tensor:
+    """`x` with each element zeroed with probability `rate` and the rest scaled by
+    `1 / (1 - rate)`. The mask comes from `key` (which must be concrete), so a checkpoint's
+    recomputation draws the same mask as the forward pass.
+
+    >>> import remat as rm
+    >>> y = rm.nn.dropout(rm.random.key(0), rm.ones((1000,)), 0.5)
+    >>> sorted(set(y.__array__().tolist()))
+    [0.0, 2.0]
+    """
+    x = _float(x)
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"dropout: rate must be in [0, 1], got {rate}")
+    if deterministic or rate == 0.0:
+        return x
+    if rate == 1.0:
+        return zeros_like(x)
+    keep = _random.bernoulli(key, 1.0 - rate, x.shape)  # the same mask whatever x's dtype
+    return where(keep, x * (1.0 / (1.0 - rate)), 0.0)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _float(x) -> Tensor:
+    x = asarray(x)
+    return x if dtypes.is_float(x.dtype) else x.astype(dtypes.DEFAULT_FLOAT)
+
+
+def _drop(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    from remat.ops import reshape
+
+    return reshape(x, tuple(n for i, n in enumerate(x.shape) if i not in axes))
+
+
+def _int_labels(labels, what: str) -> Tensor:
+    labels = asarray(labels)
+    if not dtypes.is_int(labels.dtype):
+        raise DTypeError(f"{what}: labels must be integers, got {labels.dtype}")
+    return labels

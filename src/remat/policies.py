@@ -1,0 +1,165 @@
+"""Checkpoint policies: which values of a checkpointed body are saved instead of recomputed.
+
+A policy is asked once per node of the body, `policy(op, inputs, outputs, params) -> bool`
+(`op` is the op's name, `inputs`/`outputs` its Vars with `shape` and `dtype`, `params` a dict);
+True saves the node's outputs. Saved values become extra outputs of the forward block (its
+residuals), and the gradient reuses them instead of recomputing their producers. Only values
+the gradient needs are saved, whatever the policy says.
+
+The built-in policies are frozen dataclasses: hashable, comparable and printed by name.
+
+>>> import remat as rm
+>>> rm.policies.save_only_these_names("attn", "mlp")
+save_only_these_names('attn', 'mlp')
+>>> rm.policies.dots_saveable("matmul", (), (), {})
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+_DOTS = frozenset({"matmul"})  # tensordot is composed from matmul, so its product is one too
+
+
+@dataclasses.dataclass(frozen=True)
+class _Named:
+    """A built-in policy; its repr is the name a user writes (`rm.policies.<name>`)."""
+
+    def __repr__(self) -> str:
+        return type(self).name
+
+    __str__ = __repr__
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class NothingSaveable(_Named):
+    """Save nothing: recompute the whole body (the default, the least memory)."""
+
+    name = "nothing_saveable"
+
+    def __call__(self, op, inputs, outputs, params) -> bool:
+        return False
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class EverythingSaveable(_Named):
+    """Save every value the gradient needs: no recomputation (as without a checkpoint)."""
+
+    name = "everything_saveable"
+
+    def __call__(self, op, inputs, outputs, params) -> bool:
+        return True
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class DotsSaveable(_Named):
+    """Save matrix products (matmul, tensordot); recompute the cheap elementwise ops."""
+
+    name = "dots_saveable"
+
+    def __call__(self, op, inputs, outputs, params) -> bool:
+        return op in _DOTS
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class SaveOnlyTheseNames(_Named):
+    """Save the values tagged by `rm.checkpoint_name` with one of `names`."""
+
+    names: tuple[str, ...]
+    name = "save_only_these_names"
+
+    def __call__(self, op, inputs, outputs, params) -> bool:
+        return op == "checkpoint_name" and params["name"] in self.names
+
+    def __repr__(self) -> str:
+        return f"{self.name}({', '.join(map(repr, self.names))})"
+
+    def __str__(self) -> str:  # as graphs print params: no spaces
+        return f"{self.name}({','.join(map(repr, self.names))})"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class SaveAnyNamesButThese(_Named):
+    """Save every value tagged by `rm.checkpoint_name` except those with one of `names`."""
+
+    names: tuple[str, ...]
+    name = "save_any_names_but_these"
+
+    def __call__(self, op, inputs, outputs, params) -> bool:
+        return op == "checkpoint_name" and params["name"] not in self.names
+
+    def __repr__(self) -> str:
+        return f"{self.name}({', '.join(map(repr, self.names))})"
+
+    def __str__(self) -> str:  # as graphs print params: no spaces
+        return f"{self.name}({','.join(map(repr, self.names))})"
+
+
+nothing_saveable = NothingSaveable()
+everything_saveable = EverythingSaveable()
+dots_saveable = DotsSaveable()
+
+
+def _names(what: str, names: tuple) -> tuple[str, ...]:
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"{what}: names must be str, got {type(n).__name__} ({n!r})")
+    return tuple(names)
+
+
+def save_only_these_names(*names: str) -> SaveOnlyTheseNames:
+    """A policy saving only the values named (with `rm.checkpoint_name`) in `names`.
+
+    >>> save_only_these_names("a") == save_only_these_names("a")
+    True
+    """
+    return SaveOnlyTheseNames(_names("save_only_these_names", names))
+
+
+def save_any_names_but_these(*names: str) -> SaveAnyNamesButThese:
+    """A policy saving every named value except those named in `names`."""
+    return SaveAnyNamesButThese(_names("save_any_names_but_these", names))
+
+
+_BUILTIN = {p.name: p for p in (nothing_saveable, everything_saveable, dots_saveable)}
+
+
+def resolve(policy) -> Callable:
+    """The policy to apply for `policy=` (None is `nothing_saveable`), or an error naming it."""
+    if policy is None:
+        return nothing_saveable
+    if isinstance(policy, str):
+        hint = f"rm.policies.{policy}" if policy in _BUILTIN else "one of rm.policies"
+        raise ValueError(f"checkpoint: policy={policy!r} is a string; pass {hint} instead")
+    if not callable(policy):
+        raise TypeError(
+            f"checkpoint: policy must be one of rm.policies or a callable "
+            f"(op, inputs, outputs, params) -> bool, got {type(policy).__name__}"
+        )
+    try:
+        hash(policy)
+    except TypeError:
+        raise TypeError(
+            f"checkpoint: policy must be hashable (compiled programs are cached by it), "
+            f"got an unhashable {type(policy).__name__}"
+        ) from None
+    return policy
+
+
+def decide(policy: Callable, node) -> bool:
+    """Whether `policy` saves `node`'s outputs; a policy must answer with a bool."""
+    answer = policy(node.op, node.inputs, node.outputs, node.params)
+    if not isinstance(answer, bool) and type(answer).__name__ != "bool_":
+        raise TypeError(
+            f"checkpoint: policy {policy!r} returned {type(answer).__name__} for {node.op}; "
+            "a policy must return True (save) or False (recompute)"
+        )
+    return bool(answer)
+
+
+__all__ = [
+    "nothing_saveable", "everything_saveable", "dots_saveable", "save_only_these_names",
+    "save_any_names_but_these",
+]

@@ -1,0 +1,317 @@
+"""The XLA backend: its lowering table, fused and staged execution, device arrays, and the memory
+that staging saves where XLA:CPU drops optimization barriers."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+import remat as rm  # noqa: E402
+from remat.backends import numpy as numpy_backend  # noqa: E402
+from remat.backends import xla  # noqa: E402
+from remat.ops.core import OPS  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODES = pytest.mark.parametrize("staged", [True, False], ids=["staged", "fused"])
+
+
+def f32(rng, *shape, scale=1.0):
+    return rm.asarray(rng.normal(0, scale, shape), "float32")
+
+
+def on(backend, fn, *args, **options):
+    out = rm.jit(fn, backend=backend, **options)(*args)
+    return rm.tree.map(np.asarray, out)
+
+
+def assert_trees_close(a, b, rtol=2e-5, atol=2e-6):
+    la, ta = rm.tree.flatten(a)
+    lb, tb = rm.tree.flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb):
+        assert np.asarray(x).dtype == np.asarray(y).dtype
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------- the lowering table
+
+
+def test_every_op_is_lowered_by_both_backends():
+    assert set(xla.IMPLS) == set(OPS)
+    assert set(numpy_backend.IMPLS) == set(OPS)
+
+
+def _ints(rng, *shape):
+    return rm.asarray(rng.integers(-5, 6, shape), "int32")
+
+
+OP_CASES = {
+    "unary": lambda x: [f(x) for f in (rm.negative, rm.abs, rm.sign, rm.exp, rm.sin, rm.cos, rm.tanh)],
+    "positive": lambda x: [f(rm.abs(x) + 0.5) for f in (rm.log, rm.log1p, rm.sqrt)],
+    "binary broadcast": lambda x: [f(x, x[:1]) for f in (rm.add, rm.subtract, rm.multiply, rm.divide,
+                                                          rm.maximum, rm.minimum)],
+    "pow": lambda x: rm.pow(rm.abs(x) + 0.1, x),
+    "compare": lambda x: [f(x, x[::-1]) for f in (rm.equal, rm.not_equal, rm.less, rm.less_equal,
+                                                  rm.greater, rm.greater_equal)],
+    "logic": lambda x: [rm.logical_and(x > 0, x < 1), rm.logical_or(x > 1, x < 0), rm.logical_not(x > 0)],
+    "where": lambda x: rm.where(x > 0, x, x[:, :1] * 2.0),
+    "convert": lambda x: [x.astype("int32"), (x * 0).astype("bool"), (x > 0).astype("float32")],
+    "reduce": lambda x: [rm.sum(x, axis=0), rm.prod(x, axis=1), rm.max(x), rm.min(x, axis=(0, 1)),
+                         rm.mean(x, axis=1, keepdims=True)],
+    "arg": lambda x: [rm.argmax(x, axis=0), rm.argmin(x, axis=1)],
+    "shape": lambda x: [rm.reshape(x, (-1,)), rm.permute_dims(x, (1, 0)), rm.broadcast_to(x, (2, 4, 5)),
+                        rm.concat([x, x * 2], axis=1), rm.stack([x, x]), rm.flip(x, 0),
+                        rm.expand_dims(x, 1), rm.squeeze(x[:1], 0)],
+    "slice": lambda x: [x[1:3, ::2], x[::-1, 3:0:-2], x[None, ..., 2], x[3:1]],
+    "pad": lambda x: rm.pad(x, (1, 0), (2, 1), (1, 0)),
+    "matmul": lambda x: [x @ x.T, rm.matmul(x, x[0]), rm.tensordot(x, x, ((0, 1), (0, 1)))],
+    "take": lambda x: [rm.take(x, rm.asarray([3, -1, 0]), axis=0), x[:, rm.asarray([[1, 1], [0, 4]])]],
+    "index_add": lambda x: rm.index_add(x, rm.asarray([0, 2, 0]), x[:3] * 10.0, axis=0),
+    "identity": lambda x: [rm.stop_gradient(x), rm.checkpoint_name(x, "n"), *rm.ops.barrier(x, x * 2)],
+    "checkpoint": lambda x: rm.checkpoint(lambda h: rm.tanh(h) * x, x * 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OP_CASES))
+def test_ops_equal_numpy(case, rng):
+    x = f32(rng, 4, 5)
+    assert_trees_close(on("xla", OP_CASES[case], x), on("numpy", OP_CASES[case], x))
+
+
+def test_integer_ops_equal_numpy(rng):
+    def f(a, b):
+        return [a + b, a * b, a - b, rm.divide(a, rm.where(b == 0, 1, b)), rm.sum(a), rm.max(a, axis=0),
+                rm.abs(a), rm.sign(a), a @ b.T, rm.prod(a[:, :2], axis=1)]
+
+    a, b = _ints(rng, 3, 4), _ints(rng, 3, 4)
+    assert_trees_close(on("xla", f, a, b), on("numpy", f, a, b), rtol=0, atol=0)
+
+
+def test_64_bit_dtypes_run_in_x64_mode_only_inside_the_backend(rng):
+    def f(x, i):
+        return [rm.sum(x * x), rm.exp(x), i * 3, rm.argmax(x, axis=0), x.astype("float32")]
+
+    x = rm.asarray(rng.normal(size=(3, 4)), "float64")
+    i = rm.asarray(rng.integers(0, 2**40, (2,)), "int64")
+    got = on("xla", f, x, i)
+    assert [a.dtype for a in got] == [np.float64, np.float64, np.int64, np.int32, np.float32]
+    assert_trees_close(got, on("numpy", f, x, i), rtol=1e-12, atol=1e-12)
+    assert not jax.config.jax_enable_x64  # the user's JAX is left as it was
+
+
+# ---------------------------------------------------------------- models: results equal NumPy's
+
+
+def mlp_loss(params, x, seg):
+    h = x
+    groups = [params[i : i + seg] for i in range(0, len(params), seg)] if seg else [params]
+    for group in groups:
+
+        def block(h, group=group):
+            for w, b in group:
+                h = h + rm.tanh(h @ w + b)  # w, b captured
+            return h
+
+        h = rm.checkpoint(block, h) if seg else block(h)
+    return rm.mean(h * h)
+
+
+def mlp(rng, depth=6, width=16, batch=8):
+    params = [(f32(rng, width, width, scale=width**-0.5), f32(rng, width, scale=0.1)) for _ in range(depth)]
+    return params, f32(rng, batch, width)
+
+
+@pytest.mark.parametrize("seg", [0, 1, 2], ids=["none", "layer", "segments"])
+@MODES
+def test_mlp_gradients_equal_numpy(seg, staged, rng):
+    params, x = mlp(rng)
+    step = rm.value_and_grad(lambda p, x: mlp_loss(p, x, seg))
+    assert_trees_close(on("xla", step, params, x, staged=staged), on("numpy", step, params, x))
+
+
+def gpt(params, tokens, targets, checkpointed: bool, heads: int = 2):
+    """A small GPT: token and position embeddings, pre-norm blocks of causal self-attention and a
+    GELU MLP (each block one checkpoint, its weights captured), a tied read-out, cross-entropy."""
+    n, d = tokens.shape[0], params["embed"].shape[1]
+    h = rm.take(params["embed"], tokens, axis=0) + params["pos"][:n]
+    causal = rm.asarray(np.tril(np.ones((n, n), bool)))
+
+    def block(h, p):
+        def attention(x):
+            q, k, v = (rm.permute_dims(rm.reshape(x @ p[m], (n, heads, d // heads)), (1, 0, 2)) for m in "qkv")
+            scores = rm.where(causal, q @ rm.permute_dims(k, (0, 2, 1)) / np.sqrt(d // heads), -1e9)
+            out = rm.permute_dims(rm.nn.softmax(scores, axis=-1) @ v, (1, 0, 2))
+            return rm.reshape(out, (n, d)) @ p["o"]
+
+        h = h + attention(rm.nn.layer_norm(h, p["g1"], p["b1"]))
+        return h + rm.nn.gelu(rm.nn.layer_norm(h, p["g2"], p["b2"]) @ p["up"]) @ p["down"]
+
+    for p in params["blocks"]:
+        h = rm.checkpoint(lambda h, p=p: block(h, p), h) if checkpointed else block(h, p)
+    logits = rm.nn.layer_norm(h) @ params["embed"].T
+    return rm.nn.cross_entropy(logits, targets)
+
+
+def gpt_params(rng, vocab=11, d=8, n=6, depth=2):
+    def block():
+        p = {m: f32(rng, d, d, scale=d**-0.5) for m in "qkvo"}
+        p.update(g1=rm.ones((d,)), b1=rm.zeros((d,)), g2=rm.ones((d,)), b2=rm.zeros((d,)))
+        return {**p, "up": f32(rng, d, 4 * d, scale=d**-0.5), "down": f32(rng, 4 * d, d, scale=(4 * d) ** -0.5)}
+
+    return {"embed": f32(rng, vocab, d), "pos": f32(rng, n, d, scale=0.1), "blocks": [block() for _ in range(depth)]}
+
+
+@pytest.mark.parametrize(("checkpointed", "staged"), [(True, True), (True, False), (False, None)],
+                         ids=["checkpointed-staged", "checkpointed-fused", "plain"])
+def test_gpt_gradients_equal_numpy(checkpointed, staged, rng):
+    params = gpt_params(rng)
+    tokens = rm.asarray(rng.integers(0, 11, 6), "int32")
+    targets = rm.asarray(rng.integers(0, 11, 6), "int32")
+    step = rm.value_and_grad(lambda p, t, y: gpt(p, t, y, checkpointed))
+    assert_trees_close(on("xla", step, params, tokens, targets, staged=staged),
+                       on("numpy", step, params, tokens, targets), rtol=1e-4, atol=1e-5)
+
+
+@MODES
+def test_second_order_through_checkpoint(staged, rng):
+    w = f32(rng, 3, 3)
+    g = rm.grad(lambda x: rm.sum(rm.checkpoint(lambda h: rm.sin(h @ w), x * x)))
+    gg = lambda x: rm.sum(g(x) * g(x))  # noqa: E731
+    x = f32(rng, 2, 3)
+    assert_trees_close(on("xla", rm.grad(gg), x, staged=staged), on("numpy", rm.grad(gg), x), rtol=1e-4)
+
+
+@MODES
+def test_policy_residuals(staged, rng):
+    w = f32(rng, 4, 4)
+
+    def loss(x):
+        block = lambda h: rm.tanh(rm.checkpoint_name(h @ w, "z")) @ w  # noqa: E731
+        return rm.sum(rm.checkpoint(block, x, policy=rm.policies.save_only_these_names("z")) ** 2)
+
+    x = f32(rng, 3, 4)
+    step = rm.value_and_grad(loss)
+    assert_trees_close(on("xla", step, x, staged=staged), on("numpy", step, x))
+
+
+@pytest.mark.parametrize("fn", [lambda x: x, lambda x: (x, rm.ones((2,)), 3.0), lambda x: []],
+                         ids=["identity", "constants", "nothing"])
+@MODES
+def test_graphs_without_nodes(fn, staged):
+    x = rm.ones((2,))
+    assert_trees_close(on("xla", fn, x, staged=staged), on("numpy", fn, x))
+
+
+# ---------------------------------------------------------------- the programs
+
+
+def test_fused_gradient_program_has_barriers_and_forward_has_none(rng):
+    params, x = mlp(rng, depth=3)
+    forward = rm.jit(lambda p, x: mlp_loss(p, x, 1), backend="xla", staged=False)
+    step = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla", staged=False)
+    assert "optimization_barrier" not in forward.lower(params, x).as_text()
+    text = step.lower(params, x).as_text()
+    assert text.startswith("module @") and text.count("module @") == 1  # one executable
+    assert text.count("stablehlo.optimization_barrier") == 3  # one per checkpointed layer
+
+
+def test_staged_program_shows_every_stage_and_compiles_identical_ones_once(rng):
+    depth = 8
+    params, x = mlp(rng, depth=depth)
+    step = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla", staged=True)
+    text = step.lower(params, x).as_text()
+    stages = depth + 1  # the forward pass (and the loss's gradient), then one per layer
+    executables = text.count("module @")
+    assert text.splitlines()[0] == f"// staged: {stages} stages, {executables} executables"
+    assert sum(line.startswith("// stage ") for line in text.splitlines()) == stages
+    assert executables <= 3  # forward, the layers, the first layer (no gradient for x)
+    assert "optimization_barrier" in text
+
+
+def test_staged_is_the_default_on_cpu_and_fused_elsewhere(rng):
+    params, x = mlp(rng, depth=2)
+    text = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla").lower(params, x).as_text()
+    assert text.startswith("// staged:") == (jax.default_backend() == "cpu")
+    assert xla.default_staged() == (jax.default_backend() == "cpu")
+
+
+def test_stages_pass_only_what_later_stages_read(rng):
+    """A layer's stage reads its saved input and the incoming cotangent (plus its weights) and
+    hands on the cotangent of its input: its recomputed internals never leave it."""
+    depth, batch, width = 5, 8, 16
+    params, x = mlp(rng, depth=depth, width=width, batch=batch)
+    graph = rm.make_graph(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)))(params, x)
+    stages = xla.plan(graph, staged=True)
+    act = (batch, width)
+
+    def activations(vs):
+        return sum(v.shape == act for v in vs)
+
+    assert activations(stages[0].graph.outputs) == depth  # the saved layer inputs and the cotangent
+    for stage in stages[1:]:
+        assert activations(stage.graph.inputs) == 2
+        assert activations(stage.graph.outputs) <= 1
+    assert sum(bool(s.donate) for s in stages) >= depth - 1  # the dying cotangent becomes the next one
+
+
+def test_structure_ignores_var_identity_but_not_values():
+    def g(c):
+        return rm.make_graph(lambda x: rm.tanh(x * c) + 1.0)(rm.ones((3,)))
+
+    assert xla.structure(g(2.0)) == xla.structure(g(2.0))
+    assert xla.structure(g(2.0)) != xla.structure(g(3.0))
+
+
+# ---------------------------------------------------------------- arrays: in, out, kept on device
+
+
+@MODES
+def test_inputs_may_be_numpy_tensors_or_jax_arrays_and_results_stay_on_device(staged, rng):
+    params, x = mlp(rng, depth=3)
+    step = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla", staged=staged)
+    as_numpy = rm.tree.map(np.asarray, (params, x))
+    as_jax = rm.tree.map(lambda t: jax.numpy.asarray(np.asarray(t)), (params, x))
+    results = [step(*args) for args in ((params, x), as_numpy, as_jax)]
+    for r in results[1:]:
+        assert_trees_close(r, results[0], rtol=0, atol=0)
+    assert step.trace_count == 1
+    value, grads = results[0]
+    assert isinstance(value, rm.Tensor) and isinstance(value._value, jax.Array)
+    assert all(isinstance(g._value, jax.Array) for g in rm.tree.leaves(grads))
+    # results go back in without leaving the device, and work with eager ops and NumPy
+    new = rm.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+    assert isinstance(step(grads, x)[0]._value, jax.Array) and step.trace_count == 1
+    assert float(step(new, x)[0]) < float(value)
+    assert isinstance(np.asarray(value), np.ndarray) and value.shape == () and value.dtype == np.float32
+
+
+@MODES
+def test_staged_runs_never_consume_the_callers_arrays(staged, rng):
+    params, x = mlp(rng, depth=3)
+    args = rm.tree.map(lambda t: jax.numpy.asarray(np.asarray(t)), (params, x))
+    step = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla", staged=staged)
+    first = step(*args)
+    assert not any(a.is_deleted() for a in rm.tree.leaves(args))
+    assert_trees_close(step(*args), first, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- memory (slow: separate processes)
+
+
+@pytest.mark.slow
+def test_staged_checkpoints_lower_peak_memory_on_xla_cpu():
+    """32 layers, width 256, batch 8192 (8 MiB activations): peak RSS of one training step,
+    each plan in its own process (see benchmarks/xla_memory.py)."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("measures host memory")
+    script = os.path.join(ROOT, "benchmarks", "xla_memory.py")
+    done = subprocess.run([sys.executable, script, "--json", "--impls", "remat-staged"],
+                          capture_output=True, text=True, timeout=170, check=True)
+    peak = {row["plan"]: row["peak_mib"] for row in json.loads(done.stdout.strip().splitlines()[-1])}
+    assert peak["layer"] <= 0.60 * peak["none"], peak
+    assert peak["sqrt"] <= 0.35 * peak["none"], peak
