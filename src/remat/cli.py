@@ -1,4 +1,5 @@
-"""The `remat` command: `remat demo` and `remat bench`."""
+"""The `remat` command: `remat demo` (what checkpointing buys, on a model you can train in a
+minute) and `remat bench` (remat beside jax.checkpoint and torch.utils.checkpoint)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,37 @@ import argparse
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="remat", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="train a residual MLP with and without checkpoints")
-    demo.add_argument("--quick", action="store_true", help="a smaller, faster run")
-    args = parser.parse_args(argv)
+    demo = sub.add_parser("demo", help="train a residual MLP on digits under each checkpoint plan")
+    demo.add_argument("--quick", action="store_true", help="a small model and three epochs (for CI)")
+    demo.add_argument("--backend", choices=("numpy", "xla"), default="numpy",
+                      help="where the steps run (xla needs JAX; memory is then counted per stage)")
+    demo.add_argument("--epochs", type=int, help="override the number of epochs")
+    demo.add_argument("--plot", default="remat-demo-memory.png", help="where to write the memory timeline PNG")
+    demo.add_argument("--no-plot", action="store_true", help="write no PNG")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
+    bench = sub.add_parser("bench", help="remat (NumPy, XLA) beside jax.checkpoint and torch.utils.checkpoint")
+    bench.add_argument("--quick", action="store_true", help="small sizes (for CI)")
+    bench.add_argument("--out", help="also write the markdown table to this file")
+    bench.add_argument("--frameworks", help="comma-separated subset of: remat-numpy,remat-xla,jax,torch")
+    bench.add_argument("--models", help="comma-separated subset of: mlp,gpt")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.command == "demo":
         from remat.demo import run
 
-        return run(quick=args.quick)
-    return 1
+        plot = None if args.no_plot else args.plot
+        return run(quick=args.quick, backend=args.backend, plot=plot, epochs=args.epochs,
+                   progress=not args.no_progress)
+    from remat.bench import run as bench
+
+    split = lambda s: s.split(",") if s else None  # noqa: E731
+    return bench(quick=args.quick, out=args.out, frameworks=split(args.frameworks), models=split(args.models))
 
 
 if __name__ == "__main__":

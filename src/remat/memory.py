@@ -26,7 +26,7 @@ import numpy as np
 
 from remat import backends, dtypes, tree
 from remat.autodiff import vjp
-from remat.graph import Graph, Node, Var
+from remat.graph import Graph, Node, Var, type_str
 from remat.trace import asarray, current_trace, trace_function
 
 # ---------------------------------------------------------------- the gradient program
@@ -190,7 +190,7 @@ def print_saved_residuals(fn, *args, argnums=None, file=None) -> None:
 
 
 def residual_table(rows: list[Residual]) -> str:
-    cells = [(f"{dtypes.short_name(r.dtype)}{list(r.shape)}", _size(r.nbytes), r.provenance) for r in rows]
+    cells = [(type_str(r.shape, r.dtype), _size(r.nbytes), r.provenance) for r in rows]
     head = ("value", "size", "saved because")
     widths = [max(len(c[i]) for c in [head, *cells]) for i in range(2)]
     lines = [f"{head[0]:<{widths[0]}}  {head[1]:>{widths[1]}}  {head[2]}"]
@@ -274,8 +274,8 @@ def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, 
 
     >>> import remat as rm
     >>> p = rm.memory.profile(lambda x: rm.sum(rm.tanh(x) * 2.0), rm.ones((256,)))
-    >>> p.peak_bytes, p.timeline[p.backward_start].phase
-    (3076, 'backward')
+    >>> p.peak_bytes >= 256 * 4, p.timeline[0].phase, p.timeline[p.backward_start].phase
+    (True, 'forward', 'backward')
     """
     prog = _program(fn, args, argnums, grad)
     if backend == "numpy":
@@ -322,8 +322,8 @@ def _profile_xla(prog: _Program, staged: bool | None) -> Profile:
     from remat.backends import xla
 
     program = xla.lower(prog.graph, staged)
-    runner = program.compile()
     graph = prog.graph
+    executables: dict = {}  # identical stages share one executable, as in the backend's runner
     mine = set(graph.inputs) | set(graph.constants)
     env = {v: jax.device_put(a) for v, a in zip(graph.inputs, prog.arrays)}
     env.update({v: jax.device_put(a) for v, a in graph.constants.items()})
@@ -331,7 +331,9 @@ def _profile_xla(prog: _Program, staged: bool | None) -> Profile:
     events, peak, live = [], 0, 0
     with program.mode():
         for i, stage in enumerate(program.stages):
-            executable = program.lowered(stage).compile()
+            if stage.key not in executables:
+                executables[stage.key] = program.lowered(stage).compile()
+            executable = executables[stage.key]
             phase = "backward" if id(stage.graph.nodes[0]) in backward else "forward"
             ins = [env[v] for v in stage.graph.inputs]
             for v in stage.dead:
@@ -346,7 +348,6 @@ def _profile_xla(prog: _Program, staged: bool | None) -> Profile:
             live = sum(v.nbytes for v in env if v not in mine)
             peak = max(peak, high, live)
             events.append(Event(f"stage {i} ({len(stage.graph.nodes)} nodes)", live, high, phase))
-    del runner
     return Profile(peak, events, f"xla ({'staged' if program.staged else 'fused'})", "stage")
 
 
@@ -393,8 +394,9 @@ def _panel(ax, label: str, prof: Profile) -> None:
     if b is not None:
         ax.axvspan(b, len(xs), color="C1", alpha=0.08)
         ax.axvline(b, color="C1", lw=1, ls="--")
-        ax.text(b, 0.95, " backward", transform=ax.get_xaxis_transform(), va="top", color="C1", fontsize=8)
-        ax.text(0, 0.95, " forward", transform=ax.get_xaxis_transform(), va="top", color="C0", fontsize=8)
+        box = {"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1}
+        ax.text(b, 0.95, " backward", transform=ax.get_xaxis_transform(), va="top", color="C1", fontsize=8, bbox=box)
+        ax.text(0, 0.95, " forward", transform=ax.get_xaxis_transform(), va="top", color="C0", fontsize=8, bbox=box)
     name = f"{label}: " if label else ""
     ax.set_title(f"{name}peak {prof.peak_bytes / mib:.2f} MiB", fontsize=9, loc="left")
     ax.set_ylabel("live MiB")

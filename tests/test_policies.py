@@ -1,0 +1,272 @@
+"""Checkpoint policies: what each saves, what the gradient then recomputes, and that the
+gradient itself never changes."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import remat as rm
+from conftest import run_on
+from remat import policies as P
+
+NAMES = ("a", "b", "c", "d")
+
+
+def f32(rng, *shape):
+    return rm.asarray(rng.normal(0, 0.5, shape), "float32")
+
+
+def four_named(x, ws):
+    """Four layers, each output tagged: every tagged value is needed by the gradient (the next
+    matmul's VJP reads it; the last one feeds the loss's multiply)."""
+    h = x
+    for w, name in zip(ws, NAMES):
+        h = rm.checkpoint_name(rm.tanh(h @ w), name)
+    return rm.mean(h * h)
+
+
+def loss_with(policy):
+    return lambda x, ws: rm.checkpoint(lambda h: four_named(h, ws), x, policy=policy)
+
+
+@pytest.fixture
+def args(rng):
+    return f32(rng, 3, 4), [f32(rng, 4, 4) for _ in NAMES]
+
+
+def named_residuals(fn, *args):
+    return [r.provenance for r in rm.memory.saved_residuals(fn, *args) if r.kind == "named"]
+
+
+def block(fn, *args):
+    (node,) = [n for n in rm.make_graph(fn)(*args).nodes if n.op == "checkpoint"]
+    return node
+
+
+# ---------------------------------------------------------------- what each policy saves
+
+
+@pytest.mark.parametrize("k", [3, 2, 1, 0])
+def test_allow_list_saves_exactly_the_names_it_lists(args, k):
+    policy = P.save_only_these_names(*NAMES[:k])
+    assert named_residuals(loss_with(policy), *args) == [f"named {n!r}" for n in NAMES[:k]]
+    assert block(loss_with(policy), *args).params.get("num_residuals", 0) == k
+
+
+@pytest.mark.parametrize("k", [3, 2, 1, 0])
+def test_deny_list_saves_every_other_name(args, k):
+    policy = P.save_any_names_but_these(*NAMES[:k])
+    assert named_residuals(loss_with(policy), *args) == [f"named {n!r}" for n in NAMES[k:]]
+    assert block(loss_with(policy), *args).params["num_residuals"] == 4 - k
+
+
+def test_default_saves_nothing_but_the_inputs(args):
+    residuals = rm.memory.saved_residuals(loss_with(None), *args)
+    assert [r.kind for r in residuals] == ["argument"] * 5
+    assert "num_residuals" not in block(loss_with(None), *args).params
+
+
+def test_a_saved_name_is_not_recomputed(args):
+    # Saving 'a' stands for the tanh it renames: the recomputation starts at the second layer.
+    plain = rm.make_graph(rm.value_and_grad(four_named))(*args)
+    for k in range(5):
+        graph = rm.make_graph(rm.value_and_grad(loss_with(P.save_only_these_names(*NAMES[:k]))))(*args)
+        assert graph.count("tanh") - plain.count("tanh") == 4 - k
+
+
+def dense_stack(x, ws):
+    h = x
+    for w in ws:
+        h = h + rm.tanh(h @ w + 1.0)
+    return rm.sum(h * h)
+
+
+def recomputed(policy, x, ws) -> Counter:
+    """Ops the checkpointed gradient runs beyond those of the plain gradient."""
+    ck = lambda x, ws: rm.checkpoint(lambda h: dense_stack(h, ws), x, policy=policy)  # noqa: E731
+    ops = lambda fn: Counter(n.op for n in rm.make_graph(rm.value_and_grad(fn))(x, ws).walk())  # noqa: E731
+    extra = ops(ck) - ops(dense_stack)
+    return Counter({op: n for op, n in extra.items() if op not in ("checkpoint", "barrier")})
+
+
+def test_dots_saveable_saves_the_products_and_recomputes_only_elementwise_ops(args):
+    x, ws = args
+    residuals = rm.memory.saved_residuals(lambda x, ws: rm.checkpoint(
+        lambda h: dense_stack(h, ws), x, policy=P.dots_saveable), x, ws)
+    assert [r.provenance.split(" at ")[0] for r in residuals if r.kind == "output"] == ["output of matmul"] * 4
+    # per layer: the bias add, tanh, and the residual add (the next product's VJP reads h)
+    assert recomputed(P.dots_saveable, x, ws) == Counter({"add": 8, "tanh": 4})
+    assert recomputed(P.nothing_saveable, x, ws) == Counter({"matmul": 4, "add": 8, "tanh": 4})
+
+
+def test_tensordot_products_are_dots_too(rng):
+    x, w = f32(rng, 2, 3, 4), f32(rng, 4, 5)
+
+    def loss(x, w):
+        return rm.sum(rm.checkpoint(lambda h: rm.sin(rm.tensordot(h, w, axes=1)), x, policy=P.dots_saveable))
+
+    assert [r.provenance.split(" at ")[0] for r in rm.memory.saved_residuals(loss, x, w)][-1] == "output of matmul"
+
+
+def test_everything_saveable_recomputes_nothing(args):
+    x, ws = args
+    assert recomputed(P.everything_saveable, x, ws) == Counter()
+
+
+def test_only_values_the_gradient_needs_are_saved(rng):
+    # tanh's VJP reads its output, never its input: saving everything saves the tanh only.
+    x, w = f32(rng, 3, 4), f32(rng, 4, 4)
+    node = block(lambda x, w: rm.checkpoint(lambda h: rm.tanh(h @ w + 1.0), x, policy=P.everything_saveable), x, w)
+    body = node.params["body"]
+    assert node.params["num_residuals"] == 1
+    assert body.nodes[[v for n in body.nodes for v in n.outputs].index(body.outputs[1])].op == "tanh"
+
+
+def test_a_callable_policy_sees_op_inputs_outputs_and_params(args):
+    seen = []
+
+    def policy(op, inputs, outputs, params):
+        seen.append((op, [v.shape for v in inputs], [v.shape for v in outputs], dict(params)))
+        return op == "checkpoint_name" and params["name"] in ("b", "d")
+
+    assert named_residuals(loss_with(policy), *args) == ["named 'b'", "named 'd'"]
+    assert ("matmul", [(3, 4), (4, 4)], [(3, 4)], {}) in seen
+    assert ("checkpoint_name", [(3, 4)], [(3, 4)], {"name": "a"}) in seen
+
+
+def test_the_block_prints_its_residual_count_and_policy(rng):
+    x, w = f32(rng, 2, 3), f32(rng, 3, 3)
+    policy = P.save_only_these_names("h")
+    graph = rm.make_graph(lambda x, w: rm.checkpoint(
+        lambda h: rm.sin(rm.checkpoint_name(h @ w, "h")), x, policy=policy))(x, w)
+    assert str(graph).splitlines()[1] == (
+        "  c:f32[2,3] d:f32[2,3] = checkpoint[num_residuals=1 policy=save_only_these_names('h') "
+        "saved=(0,)] a b"
+    )
+    rm.graph.check(graph)
+
+
+# ---------------------------------------------------------------- gradients never change
+
+POLICIES = [
+    None, P.nothing_saveable, P.everything_saveable, P.dots_saveable,
+    P.save_only_these_names("a", "c"), P.save_any_names_but_these("b"),
+    lambda op, inputs, outputs, params: op == "tanh",
+]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: getattr(p, "__name__", str(p)))
+def test_gradients_are_identical_under_every_policy(backend, args, policy):
+    grad = lambda fn: run_on(backend, rm.value_and_grad(fn, (0, 1)), *args)  # noqa: E731
+    want, got = grad(four_named), grad(loss_with(policy))
+    for a, b in zip(rm.tree.leaves(want), rm.tree.leaves(got)):
+        if backend == "numpy":
+            np.testing.assert_array_equal(a, b)  # the same ops on the same values
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("policy", POLICIES[2:], ids=lambda p: getattr(p, "__name__", str(p)))
+def test_grad_of_grad_under_a_policy(rng, policy):
+    x, w = f32(rng, 3, 4), f32(rng, 4, 4)
+
+    def make(ck):
+        def inner(x, w):
+            def layer(h):
+                a = rm.checkpoint_name(rm.sin(h @ w), "a")
+                return rm.tanh(a @ w) * a
+
+            return rm.sum(rm.checkpoint(layer, x, policy=policy) if ck else layer(x))
+
+        return lambda x, w: rm.sum(rm.grad(inner, (0, 1))(x, w)[1] ** 2)
+
+    want, got = rm.grad(make(False), (0, 1))(x, w), rm.grad(make(True), (0, 1))(x, w)
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+    rm.graph.check(rm.make_graph(rm.grad(make(True), (0, 1)))(x, w))
+
+
+def test_nested_blocks_with_policies(backend, rng):
+    x, w, v = f32(rng, 3, 4), f32(rng, 4, 4), f32(rng, 4, 4)
+
+    def make(policy, ck=True):
+        def loss(x, w, v):
+            inner = lambda h: rm.sin(h @ v)  # noqa: E731
+            outer = lambda h: rm.tanh((rm.checkpoint(inner, h, policy=policy) if ck else inner(h)) @ w)  # noqa: E731
+            return rm.sum(rm.checkpoint(outer, x, policy=policy) if ck else outer(x))
+
+        return loss
+
+    want = run_on(backend, rm.grad(make(None, False), (0, 1, 2)), x, w, v)
+    for policy in (P.dots_saveable, P.everything_saveable):
+        got = run_on(backend, rm.grad(make(policy), (0, 1, 2)), x, w, v)
+        for a, b in zip(want, got):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_remat_decorator_takes_a_policy(args):
+    x, ws = args
+
+    @rm.remat
+    def plain(h):
+        return four_named(h, ws)
+
+    saving = rm.remat(lambda h: four_named(h, ws), policy=P.save_only_these_names("a"))
+    assert named_residuals(saving, x) == ["named 'a'"]
+    assert named_residuals(plain, x) == []
+
+
+def test_checkpoint_name_is_the_identity_in_value_and_gradient(rng):
+    x = f32(rng, 5)
+    np.testing.assert_array_equal(np.asarray(rm.checkpoint_name(x, "x")), np.asarray(x))
+    g = rm.grad(lambda x: rm.sum(rm.sin(rm.checkpoint_name(x, "x"))))(x)
+    np.testing.assert_array_equal(np.asarray(g), np.cos(np.asarray(x)))
+
+
+# ---------------------------------------------------------------- the policy values
+
+
+def test_policies_are_hashable_values_with_readable_names():
+    assert P.save_only_these_names("a", "b") == P.save_only_these_names("a", "b")
+    assert hash(P.save_only_these_names("a")) == hash(P.save_only_these_names("a"))
+    assert P.save_only_these_names("a") != P.save_any_names_but_these("a")
+    assert len({P.dots_saveable, P.dots_saveable, P.nothing_saveable}) == 2
+    assert repr(P.dots_saveable) == "dots_saveable"
+    assert repr(P.save_any_names_but_these("x", "y")) == "save_any_names_but_these('x', 'y')"
+    assert rm.policies is P
+
+
+@pytest.mark.parametrize("bad, error", [
+    ("dots_saveable", ValueError), ("save_everything", ValueError), (3, TypeError), ([P.dots_saveable], TypeError),
+])
+def test_a_policy_that_is_not_one_names_policy(bad, error):
+    with pytest.raises(error, match="policy"):
+        rm.checkpoint(lambda h: rm.sin(h), rm.ones((2,)), policy=bad)
+
+
+def test_a_string_naming_a_policy_points_at_it():
+    with pytest.raises(ValueError, match=r"rm\.policies\.dots_saveable"):
+        rm.remat(rm.sin, policy="dots_saveable")(rm.ones((2,)))
+
+
+def test_names_must_be_strings():
+    with pytest.raises(TypeError, match="save_only_these_names.*str"):
+        P.save_only_these_names("a", 1)
+
+
+def test_a_policy_must_answer_with_a_bool():
+    f = lambda x: rm.sum(rm.checkpoint(rm.sin, x, policy=lambda *a: "yes"))  # noqa: E731
+    with pytest.raises(TypeError, match="policy .* returned str for sin"):
+        rm.make_graph(f)(rm.ones((2,)))
+
+
+def test_an_unhashable_callable_policy_is_refused():
+    class Unhashable:
+        __hash__ = None
+
+        def __call__(self, *a):
+            return False
+
+    with pytest.raises(TypeError, match="policy must be hashable"):
+        rm.checkpoint(rm.sin, rm.ones((2,)), policy=Unhashable())
