@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from remat.cli import main
+from remat.cli import demo_backend, main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 HAS_JAX = importlib.util.find_spec("jax") is not None
@@ -24,8 +24,9 @@ def table_rows(text: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_demo_quick_trains_every_plan_to_the_same_result(tmp_path, capsys):
-    assert main(["demo", "--quick", "--plot", str(tmp_path / "memory.png")]) == 0
+@pytest.mark.parametrize("backend", ["numpy", "xla"])
+def test_demo_quick_trains_every_plan_to_the_same_result(tmp_path, capsys, backend):
+    assert main(["demo", "--quick", "--backend", backend, "--plot", str(tmp_path / "memory.png")]) == 0
     captured = capsys.readouterr()
     rows = table_rows(captured.out)
     assert list(rows) == ["none", "per layer", "√L", "dots_saveable"]
@@ -39,6 +40,14 @@ def test_demo_quick_trains_every_plan_to_the_same_result(tmp_path, capsys):
     assert "scikit-learn digits" in captured.out
     assert re.search(r"none.*100%.*step", captured.err)  # a tqdm progress bar per plan
     assert (tmp_path / "memory.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_demo_runs_on_xla_when_jax_is_installed(monkeypatch):
+    assert demo_backend("auto") == "xla"  # JAX is a test dependency
+    assert demo_backend("numpy") == "numpy"
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a))
+    assert demo_backend("auto") == "numpy"
 
 
 def test_bench_quick_on_numpy_prints_and_writes_the_table(tmp_path, capsys):

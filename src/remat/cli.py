@@ -4,6 +4,7 @@ minute) and `remat bench` (remat beside jax.checkpoint and torch.utils.checkpoin
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 
@@ -12,8 +13,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="train a residual MLP on digits under each checkpoint plan")
     demo.add_argument("--quick", action="store_true", help="a small model and three epochs (for CI)")
-    demo.add_argument("--backend", choices=("numpy", "xla"), default="numpy",
-                      help="where the steps run (xla needs JAX; memory is then counted per stage)")
+    demo.add_argument("--backend", choices=("auto", "numpy", "xla"), default="auto",
+                      help="where the steps run: auto is xla when JAX is installed, else numpy "
+                           "(on xla, memory is counted per stage)")
     demo.add_argument("--epochs", type=int, help="override the number of epochs")
     demo.add_argument("--plot", default="remat-demo-memory.png", help="where to write the memory timeline PNG")
     demo.add_argument("--no-plot", action="store_true", help="write no PNG")
@@ -26,13 +28,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def demo_backend(choice: str) -> str:
+    """The backend `remat demo --backend choice` runs on: "auto" is XLA when JAX is installed."""
+    if choice != "auto":
+        return choice
+    return "xla" if importlib.util.find_spec("jax") else "numpy"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
         from remat.demo import run
 
         plot = None if args.no_plot else args.plot
-        return run(quick=args.quick, backend=args.backend, plot=plot, epochs=args.epochs,
+        return run(quick=args.quick, backend=demo_backend(args.backend), plot=plot, epochs=args.epochs,
                    progress=not args.no_progress)
     from remat.bench import run as bench
 
