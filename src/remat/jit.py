@@ -36,9 +36,7 @@ class Lowered:
         self.traced = traced
         self.graph = traced.graph
         self.backend = backend
-        self._module = backends.get(backend)
-        self._options = options
-        self._program = self._module.lower(self.graph, **options) if hasattr(self._module, "lower") else self.graph
+        self._program = backends.get(backend).lower(self.graph, **options)
 
     def as_text(self) -> str:
         """The program handed to the backend: the graph for NumPy, StableHLO for XLA."""
@@ -53,11 +51,7 @@ class Compiled:
 
     def __init__(self, lowered: Lowered):
         self.lowered = lowered
-        program = lowered._program
-        if hasattr(program, "compile"):  # the backend's own program (XLA): compile what was lowered
-            self._run = program.compile()
-        else:
-            self._run = lowered._module.compile(lowered.graph, **lowered._options)
+        self._run = lowered._program.compile()
 
     @property
     def last_memory(self):

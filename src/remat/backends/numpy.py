@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from remat.backends import threefry
 from remat.graph import Graph, Var
 
 
@@ -25,6 +26,18 @@ def _index_add(x, idx, upd, *, axis):
     out = x.copy()
     np.add.at(out, (slice(None),) * axis + (idx,), upd)
     return out
+
+
+def _u32(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).view(np.uint32)  # int32 bits as uint32: a reinterpretation
+
+
+def _random_uniform(key, *, shape, dtype):
+    return threefry.uniform(np, _u32(key), shape, dtype)
+
+
+def _random_fold_in(key, data):
+    return threefry.fold_in(np, _u32(key), _u32(data)).view(np.int32)
 
 
 def _checkpoint(*args, body, memory=None, **_):  # saved, policy, num_residuals: for the VJP
@@ -66,6 +79,8 @@ IMPLS: dict[str, Callable] = {
     "barrier": lambda *xs: xs,
     "checkpoint_name": lambda x, *, name: x,
     "checkpoint": _checkpoint,
+    "random_uniform": _random_uniform,
+    "random_fold_in": _random_fold_in,
 }
 
 _BLOCKS = {"checkpoint"}  # ops that run sub-graphs and so take the memory counter
@@ -189,6 +204,23 @@ def _donation(node, dead: list[Var], env: dict, memory: Memory) -> np.ndarray | 
         if v.shape == result.shape and v.dtype == result.dtype and memory.sole_owner(env[v]):
             return env[v]
     return None
+
+
+class Program:
+    """What `lower` gives: the graph itself, which is the program this backend runs."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+
+    def __str__(self) -> str:
+        return str(self.graph)
+
+    def compile(self) -> Callable:
+        return compile(self.graph)
+
+
+def lower(graph: Graph) -> Program:
+    return Program(graph)
 
 
 def compile(graph: Graph) -> Callable:
