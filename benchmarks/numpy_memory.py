@@ -18,13 +18,22 @@ import remat as rm
 from remat.models import PLANS, residual_mlp_loss, residual_mlp_params
 
 
+def _inputs(depth: int, width: int, batch: int):
+    params = residual_mlp_params(depth, width)
+    return params, rm.asarray(np.random.default_rng(1).normal(size=(batch, width)), "float32")
+
+
+def _compiled_step(plan, params, x):
+    """One training step (value and gradient w.r.t. the parameters), compiled and run once."""
+    compiled = rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, plan))).lower(params, x).compile()
+    compiled(params, x)  # warm up
+    return compiled
+
+
 def measure(plan, depth: int = 32, width: int = 128, batch: int = 1024) -> dict:
     """Peak bytes of one training step (value and gradient w.r.t. the parameters)."""
-    params = residual_mlp_params(depth, width)
-    x = rm.asarray(np.random.default_rng(1).normal(size=(batch, width)), "float32")
-    step = rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, plan)))
-    compiled = step.lower(params, x).compile()
-    compiled(params, x)  # warm up
+    params, x = _inputs(depth, width, batch)
+    compiled = _compiled_step(plan, params, x)
     tracemalloc.start()
     tracemalloc.reset_peak()
     start = time.perf_counter()
@@ -44,13 +53,8 @@ def measure(plan, depth: int = 32, width: int = 128, batch: int = 1024) -> dict:
 
 def time_ratio(plan, depth: int = 32, width: int = 128, batch: int = 1024, repeats: int = 15) -> float:
     """Median step time with `plan` over median step time without checkpoints, interleaved."""
-    params = residual_mlp_params(depth, width)
-    x = rm.asarray(np.random.default_rng(1).normal(size=(batch, width)), "float32")
-    steps = {}
-    for p in ("none", plan):
-        step = rm.jit(rm.value_and_grad(lambda p_, x, p=p: residual_mlp_loss(p_, x, p)))
-        steps[p] = step.lower(params, x).compile()
-        steps[p](params, x)
+    params, x = _inputs(depth, width, batch)
+    steps = {p: _compiled_step(p, params, x) for p in ("none", plan)}
     times = {p: [] for p in steps}
     for _ in range(repeats):
         for p, compiled in steps.items():

@@ -19,179 +19,55 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
-import threading
 import time
 
 IMPLS = ("remat-staged", "remat-fused", "jax")
 PLANS = ("none", "layer", "sqrt")
 TARGETS = {"layer": 0.60, "sqrt": 0.35}  # remat staged, peak relative to no checkpoint
+STAGED = {"remat-staged": True, "remat-fused": False, "remat-default": None}  # rm.jit's staged=
 MiB = 2**20
 
 
-def segment_length(plan: str, depth: int) -> int:
-    return {"none": 0, "layer": 1, "sqrt": max(1, round(math.sqrt(depth)))}[plan]
-
-
-def groups(params: list, seg: int) -> list[list]:
-    return [params[i : i + seg] for i in range(0, len(params), seg)]
-
-
-# ---------------------------------------------------------------- the model, twice
-
-
-def remat_loss(params, x, plan: str):
-    import remat as rm
-
-    seg = segment_length(plan, len(params))
-    h = x
-    if seg == 0:
-        for w, b in params:
-            h = h + rm.tanh(h @ w + b)
-        return rm.mean(h * h)
-    for group in groups(params, seg):
-
-        def segment(h, group=group):
-            for w, b in group:  # w, b captured from scope
-                h = h + rm.tanh(h @ w + b)
-            return h
-
-        h = rm.checkpoint(segment, h)
-    return rm.mean(h * h)
-
-
-def jax_loss(params, x, plan: str):
-    import jax
-    import jax.numpy as jnp
-
-    seg = segment_length(plan, len(params))
-    h = x
-    if seg == 0:
-        for w, b in params:
-            h = h + jnp.tanh(h @ w + b)
-        return jnp.mean(h * h)
-    for group in groups(params, seg):
-
-        def segment(h, group):
-            for w, b in group:
-                h = h + jnp.tanh(h @ w + b)
-            return h
-
-        h = jax.checkpoint(segment)(h, group)
-    return jnp.mean(h * h)
-
-
-def make_inputs(depth: int, width: int, batch: int, seed: int = 0):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    scale = 1.0 / math.sqrt(width)
-    params = [
-        (rng.normal(0, scale, (width, width)).astype(np.float32), np.zeros(width, np.float32))
-        for _ in range(depth)
-    ]
-    return params, rng.normal(size=(batch, width)).astype(np.float32)
-
-
-def compiled_step(impl: str, plan: str, params, x):
-    """`(step, compiled)`: a zero-argument callable running one step on device-resident inputs,
-    and the executable(s) it uses, compiled ahead of time."""
-    import jax
-
-    params, x = jax.device_put((params, x))
+def compiled_step(impl: str, plan: str, size, params, x):
+    """`(step, finish)` of `remat.bench`: `step()` runs one step on device-resident inputs,
+    compiled ahead of time (`step.compiled`); `finish(out)` waits for it and gives the loss.
+    The model: `remat.models.residual_mlp_loss`, or its twin `remat.bench.impl_jax.mlp_loss`."""
     if impl == "jax":
-        compiled = jax.jit(jax.value_and_grad(jax_loss), static_argnums=2).lower(params, x, plan).compile()
-        return (lambda: compiled(params, x)), compiled
-    import remat as rm
+        from remat.bench import impl_jax
 
-    staged = impl == "remat-staged"
-    jitted = rm.jit(rm.value_and_grad(lambda p, x: remat_loss(p, x, plan)), backend="xla", staged=staged)
-    compiled = jitted.lower(params, x).compile()
-    return (lambda: compiled(params, x)), compiled
+        return impl_jax.build(size, plan, params, x)
+    from remat.bench import impl_remat
+
+    return impl_remat.build(size, plan, params, x, "xla", staged=STAGED[impl])
 
 
 # ---------------------------------------------------------------- measuring in the child
 
 
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _hwm() -> int | None:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return None
-
-
-def _reset_hwm() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-class Sampler(threading.Thread):
-    """Reads resident memory every ~1 ms until stopped; `peak` is the largest reading."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.peak = rss()
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            self.peak = max(self.peak, rss())
-            time.sleep(0.001)
-
-    def stop(self) -> int:
-        self._done.set()
-        self.join()
-        return max(self.peak, rss())
-
-
-def _block(out) -> None:
-    import jax
-
-    import remat as rm
-
-    leaves = [getattr(t, "_value", t) for t in rm.tree.leaves(out)]  # remat Tensors hold jax arrays
-    jax.block_until_ready(leaves)
-
-
 def measure(impl: str, plan: str, depth: int, width: int, batch: int) -> dict:
-    params, x = make_inputs(depth, width, batch)
+    from remat.bench.config import MLP, inputs
+    from remat.bench.rss import peak_during
+    from remat.bench.worker import timed
+
+    size = MLP(depth=depth, width=width, batch=batch)
+    params, x = inputs(size)
     t0 = time.perf_counter()
-    step, compiled = compiled_step(impl, plan, params, x)
+    step, finish = compiled_step(impl, plan, size, params, x)
     compile_s = time.perf_counter() - t0
     del params, x
     # No warm-up step: XLA:CPU keeps a large executable's temporary buffer resident after its
     # second run, which would hide the very peak being measured inside the baseline.
-    baseline = rss()
-    exact = _reset_hwm()
-    sampler = Sampler()
-    sampler.start()
-    t0 = time.perf_counter()
-    out = step()
-    _block(out)
-    step_s = time.perf_counter() - t0
-    peak = sampler.stop()
-    if exact:
-        peak = max(peak, _hwm() or 0)
+    step_s, baseline, peak = peak_during(lambda: timed(step, finish), interval=0.001, high_water=True)
     activation = batch * width * 4
     row = {
         "impl": impl, "plan": plan, "peak_mib": (peak - baseline) / MiB,
         "activations": (peak - baseline) / activation, "compile_s": compile_s, "step_s": step_s,
     }
     if impl == "jax":
-        analysis = compiled.memory_analysis()
+        analysis = step.compiled.memory_analysis()
         row["xla_temp_mib"] = getattr(analysis, "temp_size_in_bytes", 0) / MiB
     return row
 
@@ -232,11 +108,16 @@ def check(rows: list[dict]) -> list[str]:
     return failures
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def size_arguments(p: argparse.ArgumentParser) -> None:
+    """The model's size: `--layers`, `--width`, `--batch` (shared with xla_speed.py)."""
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--batch", type=int, default=8192)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    size_arguments(p)
     p.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
     p.add_argument("--plans", nargs="+", default=list(PLANS), choices=PLANS)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")

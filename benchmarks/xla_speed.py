@@ -24,44 +24,33 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from xla_memory import _block, compiled_step, jax_loss, make_inputs, remat_loss  # noqa: E402
+from xla_memory import compiled_step, size_arguments  # noqa: E402
 
 TARGETS = {"remat none / jax none": 1.10, "remat layer / remat none": 1.40, "compile remat / jax": 2.0}
 
 # (name, implementation, plan)
 VARIANTS = [
     ("jax none", "jax", "none"),
-    ("remat none", "remat-default", "none"),
+    ("remat none", "remat-default", "none"),  # staged=None: what a user gets (staged on the CPU)
     ("remat layer", "remat-staged", "layer"),
     ("jax layer", "jax", "layer"),
 ]
 
 
-def step_for(impl: str, plan: str, params, x):
-    if impl == "remat-default":  # staged=None: what a user gets (staged on the CPU)
-        import jax
-
-        import remat as rm
-
-        params, x = jax.device_put((params, x))
-        jitted = rm.jit(rm.value_and_grad(lambda p, x: remat_loss(p, x, plan)), backend="xla")
-        compiled = jitted.lower(params, x).compile()
-        return lambda: compiled(params, x)
-    return compiled_step(impl, plan, params, x)[0]
-
-
 def step_times(depth: int, width: int, batch: int, repeats: int) -> dict[str, list[float]]:
-    params, x = make_inputs(depth, width, batch)
-    steps = {name: step_for(impl, plan, params, x) for name, impl, plan in VARIANTS}
-    for step in steps.values():
-        _block(step())  # warm up
+    from remat.bench.config import MLP, inputs
+    from remat.bench.worker import timed
+
+    size = MLP(depth=depth, width=width, batch=batch)
+    params, x = inputs(size)
+    steps = {name: compiled_step(impl, plan, size, params, x) for name, impl, plan in VARIANTS}
+    for step, finish in steps.values():
+        finish(step())  # warm up
     times: dict[str, list[float]] = {name: [] for name in steps}
     for r in range(repeats):
         order = list(steps)[r % len(steps) :] + list(steps)[: r % len(steps)]  # rotate the order
         for name in order:
-            t0 = time.perf_counter()
-            _block(steps[name]())
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(timed(*steps[name]))
     return times
 
 
@@ -70,14 +59,16 @@ def compile_once(impl: str, depth: int, width: int, batch: int) -> float:
     import jax
 
     import remat as rm
+    from remat.bench.config import MLP, inputs
+    from remat.bench.impl_jax import mlp_loss
+    from remat.models import residual_mlp_loss
 
-    params, x = make_inputs(depth, width, batch)
-    params, x = jax.device_put((params, x))
+    params, x = jax.device_put(inputs(MLP(depth=depth, width=width, batch=batch)))
     t0 = time.perf_counter()
     if impl == "jax":
-        jax.jit(jax.value_and_grad(jax_loss), static_argnums=2).lower(params, x, "layer").compile()
+        jax.jit(jax.value_and_grad(lambda p, x: mlp_loss(p, x, "layer"))).lower(params, x).compile()
     else:
-        step = rm.jit(rm.value_and_grad(lambda p, x: remat_loss(p, x, "layer")), backend="xla", staged=True)
+        step = rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, "layer")), backend="xla", staged=True)
         step.lower(params, x).compile()
     return time.perf_counter() - t0
 
@@ -95,9 +86,7 @@ def compile_times(depth: int, width: int, batch: int, repeats: int) -> dict[str,
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--layers", type=int, default=32)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--batch", type=int, default=8192)
+    size_arguments(p)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--compile-layers", type=int, default=64)
     p.add_argument("--compile-repeats", type=int, default=3)

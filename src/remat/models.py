@@ -1,8 +1,14 @@
-"""Reference models shared by the demo, the benchmarks and the tests.
+"""Reference models shared by the demo, the benchmarks and the tests, written in remat.
 
-`residual_mlp_loss(params, x, plan)`: L layers of `h + tanh(h @ w + b)`; each layer reads its
-weights from scope. `plan` says where the checkpoints go: "none", "layer" (one per layer),
-"sqrt" (segments of about √L layers) — or an int, the segment length.
+A checkpoint plan says where the checkpoints go over a stack of L layers: "none", "layer" (one
+per layer), "sqrt" (segments of about √L layers), "dots" (one per layer, saving the matrix
+products: `dots_saveable`) — or an int, the segment length. Layers read their weights from
+scope; the checkpoint captures them.
+
+- `residual_mlp_loss(params, x, plan)`: L layers of `h + tanh(h @ w + b)`, loss `mean(h * h)`.
+- `gpt_loss(params, data, plan, heads)`: a pre-norm transformer, next-token cross-entropy.
+
+The same models in JAX and PyTorch are in `remat.bench.impl_jax` and `remat.bench.impl_torch`.
 """
 
 from __future__ import annotations
@@ -20,7 +26,34 @@ def segment_length(plan: str | int, depth: int) -> int:
     """Layers per checkpoint segment for `plan` (0: no checkpoint)."""
     if isinstance(plan, int):
         return plan
-    return {"none": 0, "layer": 1, "sqrt": max(1, round(math.sqrt(depth)))}[plan]
+    return {"none": 0, "layer": 1, "dots": 1, "sqrt": max(1, round(math.sqrt(depth)))}[plan]
+
+
+def segments(n: int, seg: int) -> list[range]:
+    """The layer indices of each checkpoint segment, `seg` layers at a time."""
+    return [range(i, min(i + seg, n)) for i in range(0, n, seg)]
+
+
+def checkpointed(layers: list, h, plan: str | int, policy=None):
+    """Apply `layers` (callables of h) to `h`, with the checkpoints of `plan`."""
+    seg = segment_length(plan, len(layers))
+    if seg == 0:
+        for layer in layers:
+            h = layer(h)
+        return h
+    policy = rm.policies.dots_saveable if plan == "dots" else policy
+    for group in segments(len(layers), seg):
+
+        def segment(h, group=group):
+            for i in group:
+                h = layers[i](h)
+            return h
+
+        h = rm.checkpoint(segment, h, policy=policy)
+    return h
+
+
+# ---------------------------------------------------------------- residual MLP
 
 
 def residual_mlp_params(depth: int, width: int, seed: int = 0, dtype="float32"):
@@ -35,24 +68,47 @@ def residual_mlp_params(depth: int, width: int, seed: int = 0, dtype="float32"):
 
 def residual_mlp(params, x, plan: str | int = "none", policy=None):
     """The residual stream after every layer, checkpointed as `plan` says."""
-    seg = segment_length(plan, len(params))
-    h = x
-    if seg == 0:
-        for w, b in params:
-            h = h + rm.tanh(h @ w + b)
-        return h
-    for start in range(0, len(params), seg):
-        group = params[start : start + seg]
-
-        def segment(h, group=group):
-            for w, b in group:  # w and b are captured from scope
-                h = h + rm.tanh(h @ w + b)
-            return h
-
-        h = rm.checkpoint(segment, h, policy=policy)
-    return h
+    layers = [lambda h, w=w, b=b: h + rm.tanh(h @ w + b) for w, b in params]
+    return checkpointed(layers, x, plan, policy)
 
 
 def residual_mlp_loss(params, x, plan: str | int = "none", policy=None):
     h = residual_mlp(params, x, plan, policy)
     return rm.mean(h * h)
+
+
+# ---------------------------------------------------------------- GPT-style transformer
+
+
+def causal_mask(seq: int) -> np.ndarray:
+    """0 on and below the diagonal, a large negative number above it (added to the scores)."""
+    return np.triu(np.full((seq, seq), -1e9, np.float32), k=1)
+
+
+def gpt_block(p: dict, h, heads: int, mask):
+    """Causal multi-head self-attention and a GELU MLP (4x wide), each after a layer norm."""
+    b, t, d = h.shape
+    dh = d // heads
+
+    def split(z):  # (b, t, d) -> (b, heads, t, dh)
+        return rm.permute_dims(rm.reshape(z, (b, t, heads, dh)), (0, 2, 1, 3))
+
+    qkv = rm.nn.layer_norm(h, p["ln1_g"], p["ln1_b"]) @ p["qkv"]
+    q, k, v = split(qkv[..., :d]), split(qkv[..., d : 2 * d]), split(qkv[..., 2 * d :])
+    scores = (q @ rm.matrix_transpose(k)) * (1.0 / math.sqrt(dh)) + mask
+    att = rm.reshape(rm.permute_dims(rm.nn.softmax(scores, axis=-1) @ v, (0, 2, 1, 3)), (b, t, d))
+    h = h + att @ p["proj"]
+    m = rm.nn.layer_norm(h, p["ln2_g"], p["ln2_b"]) @ p["fc"]
+    return h + rm.nn.gelu(m) @ p["out"]
+
+
+def gpt_loss(params: dict, data, plan: str | int, heads: int):
+    """Token and position embeddings, the blocks, a final layer norm, next-token loss.
+    `data` is `(tokens, targets)`; parameters as `remat.bench.config.inputs` makes them."""
+    tokens, targets = data
+    mask = causal_mask(tokens.shape[1])
+    h = rm.take(params["tok"], tokens, axis=0) + params["pos"]
+    layers = [lambda h, p=p: gpt_block(p, h, heads, mask) for p in params["blocks"]]
+    h = checkpointed(layers, h, plan)
+    logits = rm.nn.layer_norm(h, params["lnf_g"], params["lnf_b"]) @ params["head"]
+    return rm.nn.cross_entropy(logits, targets)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-PLANS = ("none", "layer", "sqrt", "dots")
+PLANS = ("none", "layer", "sqrt", "dots")  # see remat.models
 PLAN_NAMES = {"none": "none", "layer": "per layer", "sqrt": "√L", "dots": "dots_saveable"}
 MODELS = ("mlp", "gpt")
 
@@ -69,15 +69,6 @@ def size_from_dict(d: dict):
     return {"MLP": MLP, "GPT": GPT}[d.pop("kind")](**d)
 
 
-def segment_length(plan: str, depth: int) -> int:
-    """Layers per checkpoint (0: none). `dots` checkpoints every layer with dots_saveable."""
-    return {"none": 0, "layer": 1, "dots": 1, "sqrt": max(1, round(math.sqrt(depth)))}[plan]
-
-
-def segments(n: int, seg: int) -> list[range]:
-    return [range(i, min(i + seg, n)) for i in range(0, n, seg)]
-
-
 def inputs(size, seed: int = 0):
     """`(params, data)` as NumPy float32 (and int32) arrays."""
     rng = np.random.default_rng(seed)
@@ -99,11 +90,6 @@ def inputs(size, seed: int = 0):
     }
     tokens = rng.integers(0, v, (size.batch, size.seq + 1)).astype(np.int32)
     return params, (tokens[:, :-1], tokens[:, 1:])
-
-
-def causal_mask(seq: int) -> np.ndarray:
-    """0 on and below the diagonal, a large negative number above it (added to the scores)."""
-    return np.triu(np.full((seq, seq), -1e9, np.float32), k=1)
 
 
 class NotSupported(Exception):

@@ -7,7 +7,8 @@ import math
 import jax
 import jax.numpy as jnp
 
-from remat.bench.config import MLP, causal_mask, segment_length, segments
+from remat.bench.config import MLP
+from remat.models import causal_mask, segment_length, segments
 
 
 def _checkpointed(layer, layer_params: list, h, plan: str):

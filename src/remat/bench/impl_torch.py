@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from remat.bench.config import MLP, NotSupported, causal_mask, segment_length, segments
+from remat.bench.config import MLP, NotSupported
+from remat.models import causal_mask, segment_length, segments
 
 
 def _checkpointed(layer, layer_params: list, h, plan: str):

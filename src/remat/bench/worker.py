@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import sys
-import threading
 import time
 
 from remat.bench.config import NotSupported, inputs, size_from_dict
+from remat.bench.rss import peak_during
 
 IN_PROCESS = {"remat-numpy"}  # measured in the parent process (evaluator count and tracemalloc)
 
@@ -42,48 +41,21 @@ def build(framework: str, size, plan: str):
     raise ValueError(f"unknown framework {framework!r}")
 
 
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-class Sampler(threading.Thread):
-    """Reads RSS every ~0.5 ms until stopped; `stop()` gives the largest reading."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.peak = rss()
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            self.peak = max(self.peak, rss())
-            time.sleep(0.0005)
-
-    def stop(self) -> int:
-        self._done.set()
-        self.join()
-        return max(self.peak, rss())
-
-
 def memory_job(job: dict) -> dict:
     size = size_from_dict(job["size"])
     step, finish = build(job["framework"], size, job["plan"])
     if job["framework"] == "torch":
         finish(step())  # eager: the first step also sets PyTorch up; measure the second
     gc.collect()
-    baseline = rss()
-    sampler = Sampler()
-    sampler.start()
-    loss = finish(step())
-    peak = sampler.stop()
+    loss, baseline, peak = peak_during(lambda: finish(step()))  # RSS sampled every 0.5 ms
     out = {"peak": peak - baseline, "baseline": baseline, "loss": loss}
     if job.get("rounds"):  # quick runs time the step here too, not interleaved with other plans
-        out["time"] = min(_timed(step, finish) for _ in range(job["rounds"]))
+        out["time"] = min(timed(step, finish) for _ in range(job["rounds"]))
     return out
 
 
-def _timed(step, finish) -> float:
+def timed(step, finish) -> float:
+    """Seconds of one step, until its results are ready."""
     start = time.perf_counter()
     finish(step())
     return time.perf_counter() - start
@@ -102,7 +74,7 @@ def time_job(job: dict) -> dict:
     losses = {k: finish(step()) for k, (step, finish) in steps.items()}  # warm up
     for _ in range(job["rounds"]):
         for k, (step, finish) in steps.items():
-            times[k].append(_timed(step, finish))
+            times[k].append(timed(step, finish))
     return {"times": times, "losses": losses}
 
 
