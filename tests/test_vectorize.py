@@ -265,3 +265,11 @@ def test_vmap_of_grad_through_a_checkpoint(backend, rng):
     got = run_on(backend, rm.vmap(rm.grad(loss), in_axes=(None, 0)), w, xs)
     want = np.stack([np.asarray(rm.grad(lambda w, x=x: rm.sum(rm.sin(rm.asarray(x) * w) ** 2.0))(w)) for x in xs])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_like_constructors_keep_vectorized_axes():
+    v = rm.vectorize(rm.ones((3, 2), "float64"), "b")
+    z, o = rm.zeros_like(v), rm.ones_like(v, dtype="int32")
+    assert z.vectorized_axes == o.vectorized_axes == (("b", 3),)
+    assert z.shape == o.shape == (2,) and z.dtype == np.float64 and o.dtype == np.int32
+    np.testing.assert_array_equal(devec(o), np.ones((3, 2)))

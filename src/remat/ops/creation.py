@@ -43,15 +43,18 @@ def ones(shape, dtype=None) -> Tensor:
 
 
 def zeros_like(x, dtype=None) -> Tensor:
-    """Zeros with the shape (and, unless given, the dtype) of `x`."""
-    x = asarray(x)
-    return full(x.shape, 0, dtype or x.dtype)
+    """Zeros with the shape, vectorized axes and (unless given) dtype of `x`."""
+    return _filled_like(x, 0, dtype)
 
 
 def ones_like(x, dtype=None) -> Tensor:
-    """Ones with the shape (and, unless given, the dtype) of `x`."""
+    """Ones with the shape, vectorized axes and (unless given) dtype of `x`."""
+    return _filled_like(x, 1, dtype)
+
+
+def _filled_like(x, value, dtype) -> Tensor:
     x = asarray(x)
-    return full(x.shape, 1, dtype or x.dtype)
+    return full(x._full_shape, value, dtype or x.dtype)._relabel(x.vectorized_axes)
 
 
 def arange(start, stop=None, step=1, dtype=None) -> Tensor:
