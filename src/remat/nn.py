@@ -191,8 +191,8 @@ def cross_entropy(logits, labels) -> Tensor:
 
 def dropout(key, x, rate: float, deterministic: bool = False) -> Tensor:
     """`x` with each element zeroed with probability `rate` and the rest scaled by
-    `1 / (1 - rate)`. The mask comes from `key` (which must be concrete), so a checkpoint's
-    recomputation draws the same mask as the forward pass.
+    `1 / (1 - rate)`. The mask is a function of `key` (which may be traced, e.g. an argument of
+    `rm.jit`), so a checkpoint's recomputation draws the same mask as the forward pass.
 
     >>> import remat as rm
     >>> y = rm.nn.dropout(rm.random.key(0), rm.ones((1000,)), 0.5)

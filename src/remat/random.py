@@ -1,63 +1,92 @@
-"""Stateless random numbers: a key is a small concrete int32[2] tensor, and the same key always
-gives the same numbers — eagerly, inside a trace, and when a checkpoint recomputes its body.
+"""Stateless random numbers: a key is an int32[2] tensor, and the same key always gives the same
+numbers — eagerly, inside `jit` on either backend, and when a checkpoint recomputes its body, so
+a recomputed dropout mask equals the original.
 
-Numbers are drawn on the host with NumPy's Philox generator seeded from the key and enter a
-traced program as constants. So keys must be *concrete*: create them outside the traced function
-and close over them (`rm.grad(lambda p: loss(p, key))(params)`) rather than passing them as
-arguments to `grad` or `jit`, which would turn them into traced values.
+Numbers are computed inside the graph by a counter-based hash (Threefry-2x32, the generator of
+JAX and Random123), so keys are ordinary tensors: pass them to `jit` and `grad` as arguments,
+split and index them inside traced code. Uniform numbers (and so `bernoulli` and `dropout`) are
+identical to the bit on both backends; `normal` applies `log` and `cos`, whose last bit NumPy and
+XLA may round differently.
 
 >>> import numpy as np, remat as rm
+>>> step = rm.jit(lambda k: rm.random.uniform(k, (3,)))
 >>> a, b = rm.random.split(rm.random.key(0))
->>> np.array_equal(rm.random.normal(a, (3,)), rm.random.normal(a, (3,)))
+>>> np.array_equal(step(a), rm.random.uniform(a, (3,)))
 True
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from remat import dtypes
-from remat.errors import DTypeError, ShapeError, TracerError, at_source, user_source
-from remat.ops.elementwise import add, less, multiply, subtract
+from remat.errors import DTypeError, ShapeError
+from remat.ops.creation import arange
+from remat.ops.elementwise import add, astype, cos, less, log1p, multiply, negative, sqrt, subtract
+from remat.ops.random_bits import random_fold_in, random_uniform
+from remat.ops.shape import stack
 from remat.trace import Tensor, asarray
 
 _KEY_SHAPE = (2,)
-_SPLIT, _DRAW = 0, 1  # stream tags: a key's children never coincide with its own numbers
 
 
-def key(seed: int) -> Tensor:
-    """A key from an integer seed (up to 64 bits): int32[2], the seed's high and low words.
+def key(seed) -> Tensor:
+    """A key from an integer seed: int32[2], the high and low words of the seed modulo 2**64.
+    The seed is a Python or NumPy int, or an integer tensor of shape () (an int32 one may be
+    traced).
 
     >>> import remat as rm
     >>> rm.random.key(1)
     Tensor([0, 1], dtype=int32)
     """
-    if isinstance(seed, Tensor):
-        seed = _concrete(seed, "key").item()
+    if isinstance(seed, Tensor) and not seed.is_concrete:
+        return _traced_key(seed)
+    if isinstance(seed, Tensor) and seed.shape == () and dtypes.is_int(seed.dtype):
+        seed = seed.item()
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"random.key: the seed must be an int, got {type(seed).__name__}")
+        raise TypeError(f"random.key: the seed must be an int, got {_describe(seed)}")
     seed = int(seed) % 2**64
     words = np.array([seed >> 32, seed & 0xFFFFFFFF], np.uint32)
     return asarray(words.view(np.int32))
 
 
-def split(key: Tensor, n: int = 2) -> tuple[Tensor, ...]:
-    """`n` new independent keys. They come as a tuple rather than one stacked tensor so that
-    picking one (`keys[i]`, unpacking, iterating) stays concrete inside traced code.
+def split(key: Tensor, n: int = 2) -> Tensor:
+    """`n` new keys as an int32 tensor of shape (n, 2); index it (or unpack it) to pick one,
+    traced or not. Row i equals `fold_in(key, i)`.
 
     >>> import remat as rm
     >>> keys = rm.random.split(rm.random.key(0), 3)
-    >>> len(keys), keys[0].shape
-    (3, (2,))
+    >>> keys.shape, keys[0].shape
+    ((3, 2), (2,))
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"random.split: n must be a non-negative int, got {n!r}")
-    words = _generator(key, _SPLIT, "split").integers(0, 2**32, size=(int(n), 2), dtype=np.uint32)
-    return tuple(asarray(w) for w in words.view(np.int32))
+    return random_fold_in(_key(key, "split"), arange(int(n), dtype=dtypes.int32))
+
+
+def fold_in(key: Tensor, data) -> Tensor:
+    """A new key that mixes `data` into `key`: an int (taken modulo 2**32) or an integer tensor,
+    which may be traced (a step counter, say). Data of shape S gives keys of shape S + (2,).
+
+    >>> import numpy as np, remat as rm
+    >>> k = rm.random.key(0)
+    >>> np.array_equal(rm.random.fold_in(k, 1), rm.random.split(k, 2)[1])
+    True
+    """
+    key = _key(key, "fold_in")
+    if isinstance(data, (int, np.integer)) and not isinstance(data, bool):
+        data = np.array(int(data) % 2**32, np.uint32).view(np.int32)
+    data = asarray(data)
+    if not dtypes.is_int(data.dtype):
+        raise DTypeError(f"random.fold_in: data must be an int or an integer tensor, got {data.dtype}")
+    return random_fold_in(key, data if data.dtype == dtypes.int32 else astype(data, dtypes.int32))
 
 
 def uniform(key: Tensor, shape=(), dtype=dtypes.float32, minval=0.0, maxval=1.0) -> Tensor:
-    """Uniform numbers in [minval, maxval) of `shape` and float `dtype`.
+    """Uniform numbers in [minval, maxval) of `shape` and float `dtype`. In [0, 1) they are
+    multiples of 2**-24 (float32) or 2**-53 (float64); the scaled ones may round to `maxval`.
 
     >>> import numpy as np, remat as rm
     >>> u = np.asarray(rm.random.uniform(rm.random.key(0), (1000,), minval=-2.0, maxval=2.0))
@@ -65,7 +94,7 @@ def uniform(key: Tensor, shape=(), dtype=dtypes.float32, minval=0.0, maxval=1.0)
     True
     """
     dtype = _float_dtype(dtype, "uniform")
-    u = asarray(_generator(key, _DRAW, "uniform").random(_shape(shape), dtype=dtype))
+    u = random_uniform(_key(key, "uniform"), _shape(shape, "uniform"), dtype)
     if _is_number(minval, 0) and _is_number(maxval, 1):
         return u
     lo, hi = asarray(minval, dtype), asarray(maxval, dtype)
@@ -73,14 +102,17 @@ def uniform(key: Tensor, shape=(), dtype=dtypes.float32, minval=0.0, maxval=1.0)
 
 
 def normal(key: Tensor, shape=(), dtype=dtypes.float32) -> Tensor:
-    """Standard normal numbers of `shape` and float `dtype`.
+    """Standard normal numbers of `shape` and float `dtype` (Box–Muller on two uniforms).
 
     >>> import remat as rm
     >>> rm.random.normal(rm.random.key(0), (2, 3), "float64").dtype
     dtype('float64')
     """
     dtype = _float_dtype(dtype, "normal")
-    return asarray(_generator(key, _DRAW, "normal").standard_normal(_shape(shape), dtype=dtype))
+    u = random_uniform(_key(key, "normal"), (2,) + _shape(shape, "normal"), dtype)
+    # 1 - u lies in (0, 1], so the log is finite: |z| <= sqrt(2 * 24 ln 2) = 5.8 in float32.
+    radius = sqrt(multiply(log1p(negative(u[0])), -2.0))
+    return multiply(radius, cos(multiply(u[1], 2.0 * math.pi)))
 
 
 def bernoulli(key: Tensor, p=0.5, shape=None) -> Tensor:
@@ -91,36 +123,43 @@ def bernoulli(key: Tensor, p=0.5, shape=None) -> Tensor:
     >>> rm.random.bernoulli(rm.random.key(0), 0.5, (4,)).dtype
     dtype('bool')
     """
-    p = asarray(p)
+    key, p = _key(key, "bernoulli"), asarray(p)
     if not dtypes.is_float(p.dtype):
         p = p.astype(dtypes.float32)
-    shape = p.shape if shape is None else _shape(shape)
-    return less(uniform(key, shape, p.dtype), p)
+    shape = p.shape if shape is None else _shape(shape, "bernoulli")
+    return less(random_uniform(key, shape, p.dtype), p)
 
 
 # ---------------------------------------------------------------- helpers
 
 
-def _concrete(key, what: str) -> Tensor:
+def _key(key, what: str) -> Tensor:
     key = asarray(key)
-    if not key.is_concrete:
-        raise TracerError(
-            f"random.{what}: the key must be concrete, but it is traced inside `{key._trace.name}`"
-            f"{at_source(user_source())}; create the key outside and close over it "
-            "(rm.grad(lambda p: loss(p, key))) instead of passing it as an argument to grad or jit"
-        )
-    return key
-
-
-def _generator(key, stream: int, what: str) -> np.random.Generator:
-    key = _concrete(key, what)
-    if key.shape != _KEY_SHAPE or not dtypes.is_int(key.dtype):
+    if not dtypes.is_int(key.dtype):
+        raise DTypeError(f"random.{what}: a key is an int32 tensor of shape (2,), got {key.dtype}; "
+                         "make one with rm.random.key(seed)")
+    if key.shape != _KEY_SHAPE:
         raise ShapeError(
-            f"random.{what}: a key is an int32 tensor of shape (2,), got {key.shape} {key.dtype}; "
-            "make one with rm.random.key(seed) or rm.random.split"
+            f"random.{what}: a key is an int32 tensor of shape (2,), got {key.shape}; make one with "
+            "rm.random.key(seed), or pick one of rm.random.split(key, n) by indexing it"
         )
-    hi, lo = (int(w) for w in np.asarray(key).astype(np.int64) % 2**32)
-    return np.random.Generator(np.random.Philox(np.random.SeedSequence([hi, lo, stream])))
+    return key if key.dtype == dtypes.int32 else astype(key, dtypes.int32)
+
+
+def _traced_key(seed: Tensor) -> Tensor:
+    if seed.shape != () or seed.dtype != dtypes.int32:
+        raise TypeError(
+            f"random.key: a traced seed must be an int32 tensor of shape (), got {seed.shape} "
+            f"{seed.dtype}; pass a Python int, or an int32 scalar"
+        )
+    high = negative(astype(less(seed, 0), dtypes.int32))  # the sign, as in seed % 2**64
+    return stack([high, seed])
+
+
+def _describe(x) -> str:
+    if isinstance(x, Tensor):
+        return f"a {x.dtype} tensor of shape {x.shape}"
+    return type(x).__name__
 
 
 def _float_dtype(dtype, what: str) -> np.dtype:
@@ -134,5 +173,8 @@ def _is_number(x, value) -> bool:
     return isinstance(x, (int, float)) and x == value
 
 
-def _shape(shape) -> tuple[int, ...]:
-    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+def _shape(shape, what: str) -> tuple[int, ...]:
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+    if any(n < 0 for n in shape):
+        raise ShapeError(f"random.{what}: shape {shape} has a negative size")
+    return shape

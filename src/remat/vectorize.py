@@ -261,6 +261,14 @@ def _index_add(op, tensors, params, names):
     return _wrap(reshape(back, _sizes(names) + x.shape), names)
 
 
+def _random_fold_in(op, tensors, params, names):
+    """Random ops take batches of keys (`[*b, 2]`): the key's vectorized axes lead its batch
+    axes, laid out against the data's so that one key meets each data entry of its own row."""
+    key, data = tensors
+    raw_key = _lay_out(key, names, data.ndim + 1, False)  # (*names, 1 per data axis, 2)
+    return _wrap(bind(op, raw_key, _lay_out(data, names, data.ndim, False)), names)
+
+
 def _shift_axes(key: str):
     return lambda p, names: {**p, key: tuple(a + len(names) for a in p[key])}
 
@@ -284,6 +292,8 @@ RULES: dict[str, Callable] = {
     "take": _take,
     "index_add": _index_add,
     "barrier": _barrier,
+    "random_uniform": _single(lambda p, names: p),  # a batch of keys draws a batch of arrays
+    "random_fold_in": _random_fold_in,
 }
 
 

@@ -29,7 +29,7 @@ def _index_add(x, idx, upd, *, axis):
 
 
 def _u32(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x).view(np.uint32)  # int32 bits as uint32: a reinterpretation
+    return np.asarray(x).view(np.uint32)  # int32 bits as uint32: a reinterpretation
 
 
 def _random_uniform(key, *, shape, dtype):

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from remat.backends import threefry
 from remat.graph import Graph, Var
 
 # ---------------------------------------------------------------- the lowering table
@@ -50,6 +51,18 @@ def _along(axis: int, idx) -> tuple:
 
 def _reduce(fn) -> Callable:
     return lambda x, *, axes: fn(x, axis=axes)
+
+
+def _u32(x):
+    return lax.bitcast_convert_type(x, jnp.uint32)
+
+
+def _random_uniform(key, *, shape, dtype):
+    return threefry.uniform(jnp, _u32(key), shape, dtype)
+
+
+def _random_fold_in(key, data):
+    return lax.bitcast_convert_type(threefry.fold_in(jnp, _u32(key), _u32(data)), jnp.int32)
 
 
 def _checkpoint(*args, body: Graph, **_):  # saved, policy, num_residuals: for the VJP
@@ -86,6 +99,8 @@ IMPLS: dict[str, Callable] = {
     "barrier": lambda *xs: lax.optimization_barrier(xs),
     "checkpoint_name": lambda x, *, name: x,
     "checkpoint": _checkpoint,
+    "random_uniform": _random_uniform,
+    "random_fold_in": _random_fold_in,
 }
 
 

@@ -1,0 +1,63 @@
+"""The random primitives. Numbers are a pure function of a key (an int32[2] tensor holding a
+Threefry-2x32 key), computed inside the graph, so a key may be traced like any other tensor and
+a recomputation (a checkpoint's) draws exactly what the forward pass drew. `rm.random` is the
+user API; the hash is in remat/backends/threefry.py, shared by both backends.
+
+Both ops take keys with leading batch axes (`int32[*b, 2]`): that is what a vectorized key lays
+out to, and each key of the batch draws its own numbers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from remat import dtypes
+from remat.errors import DTypeError, ShapeError
+from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
+from remat.ops.elementwise import broadcast_shapes
+from remat.trace import Tensor, bind
+
+_MAX_DRAW = 2**32  # one counter word numbers the draws
+
+
+def _check_key(key: Aval) -> None:
+    if key.dtype != dtypes.int32:
+        raise DTypeError(f"a key is int32, got {key.dtype}")
+    if key.ndim < 1 or key.shape[-1] != 2:
+        raise ShapeError(f"a key has shape (2,) (or (..., 2) for a batch of keys), got {key.shape}")
+
+
+def _uniform_rule(key: Aval, *, shape: tuple[int, ...], dtype: np.dtype) -> Aval:
+    _check_key(key)
+    if not dtypes.is_float(dtype):
+        raise DTypeError(f"dtype must be a float dtype, got {dtype}")
+    if any(n < 0 for n in shape) or math.prod(shape) >= _MAX_DRAW:
+        raise ShapeError(f"shape {shape} must have non-negative sizes and fewer than 2**32 elements")
+    return Aval(key.shape[:-1] + tuple(shape), dtype)
+
+
+def _fold_in_rule(key: Aval, data: Aval) -> Aval:
+    _check_key(key)
+    if data.dtype != dtypes.int32:
+        raise DTypeError(f"data must be int32, got {data.dtype}")
+    return Aval(broadcast_shapes(key.shape[:-1], data.shape) + (2,), dtypes.int32)
+
+
+# Floats in [0, 1) of shape `key.shape[:-1] + shape`: exact multiples of 2**-24 (float32) or
+# 2**-53 (float64). Numbers, not functions of anything differentiable: no gradient.
+_uniform = declare("random_uniform", _uniform_rule, NOT_DIFFERENTIABLE)
+
+# New keys `[broadcast(key.shape[:-1], data.shape), 2]`, one per data entry.
+_fold_in = declare("random_fold_in", _fold_in_rule, NOT_DIFFERENTIABLE)
+
+
+def random_uniform(key: Tensor, shape: tuple[int, ...], dtype) -> Tensor:
+    """Uniform floats in [0, 1) of `shape` from an int32 key (see rm.random.uniform)."""
+    return bind(_uniform, key, shape=tuple(int(n) for n in shape), dtype=np.dtype(dtype))
+
+
+def random_fold_in(key: Tensor, data: Tensor) -> Tensor:
+    """A new key per int32 entry of `data` (see rm.random.fold_in)."""
+    return bind(_fold_in, key, data)
