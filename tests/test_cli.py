@@ -11,7 +11,6 @@ import pytest
 from remat.cli import demo_backend, main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-HAS_JAX = importlib.util.find_spec("jax") is not None
 
 
 def table_rows(text: str) -> dict[str, list[str]]:
@@ -78,9 +77,8 @@ def test_bench_quick_with_every_installed_framework(tmp_path, capsys):
     assert main(["bench", "--quick", "--out", str(tmp_path / "bench.md")]) == 0
     printed = capsys.readouterr().out
     assert "remat · NumPy peak MiB" in printed
-    if HAS_JAX:
-        assert "remat · XLA peak MiB" in printed and "jax.checkpoint peak MiB" in printed
-        assert "remat · XLA ÷ JAX time" in printed
+    assert "remat · XLA peak MiB" in printed and "jax.checkpoint peak MiB" in printed  # JAX: a test dependency
+    assert "remat · XLA ÷ JAX time" in printed
     if importlib.util.find_spec("torch"):  # no dots_saveable in PyTorch
         assert "torch.utils.checkpoint peak MiB" in printed
         assert table_rows(printed)["dots_saveable"][-3:-1] == ["n/a", "n/a"]
@@ -90,7 +88,6 @@ def test_bench_quick_with_every_installed_framework(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAS_JAX, reason="needs jax")
 @pytest.mark.parametrize("model", ["mlp", "gpt"])
 def test_bench_models_have_the_gradients_of_their_jax_twins(model):
     import jax

@@ -171,7 +171,7 @@ class _Describer:
             block, parent = outer[-1]
             return self(block.inputs[g.inputs.index(v)], parent, outer[:-1])
         node, k = hit
-        if node.op == "checkpoint":
+        if node.op in ("checkpoint", "custom_vjp"):
             body = node.params["body"]
             return self(body.outputs[k], body, outer + [(node, g)])
         if node.op == "checkpoint_name":
@@ -315,47 +315,21 @@ def _evaluation_order(graph: Graph, n_forward: int, phase: str | None = None) ->
 
 
 def _profile_xla(prog: _Program, staged: bool | None) -> Profile:
-    """Per stage: the step's own arrays alive after it, and while it runs also its outputs and
-    XLA's temporary buffers for it (from the compiled executable's memory analysis)."""
-    import jax
-
+    """Per stage, what the backend's runner recorded: the step's own arrays alive after the
+    stage, and while it ran also its outputs and XLA's temporary buffers for it."""
     from remat.backends import xla
 
-    program = xla.lower(prog.graph, staged)
-    graph = prog.graph
-    executables: dict = {}  # identical stages share one executable, as in the backend's runner
-    mine = set(graph.inputs) | set(graph.constants)
-    env = {v: jax.device_put(a) for v, a in zip(graph.inputs, prog.arrays)}
-    env.update({v: jax.device_put(a) for v, a in graph.constants.items()})
-    backward = {id(n) for n in graph.nodes[prog.n_forward :]}
-    events, peak, live = [], 0, 0
-    with program.mode():
-        for i, stage in enumerate(program.stages):
-            if stage.key not in executables:
-                executables[stage.key] = program.lowered(stage).compile()
-            executable = executables[stage.key]
-            phase = "backward" if id(stage.graph.nodes[0]) in backward else "forward"
-            ins = [env[v] for v in stage.graph.inputs]
-            for v in stage.dead:
-                del env[v]
-            outs = executable(*ins)
-            del ins
-            env.update(zip(stage.graph.outputs, outs))
-            out_bytes = sum(v.nbytes for v in stage.graph.outputs)
-            donated = sum(stage.graph.inputs[k].nbytes for k in stage.donate)
-            temp = _temp_bytes(executable)
-            high = live + temp + out_bytes - donated
-            live = sum(v.nbytes for v in env if v not in mine)
-            peak = max(peak, high, live)
-            events.append(Event(f"stage {i} ({len(stage.graph.nodes)} nodes)", live, high, phase))
-    return Profile(peak, events, f"xla ({'staged' if program.staged else 'fused'})", "stage")
-
-
-def _temp_bytes(executable) -> int:
-    try:
-        return int(executable.memory_analysis().temp_size_in_bytes)
-    except Exception:  # not every platform reports it
-        return 0
+    runner = xla.lower(prog.graph, staged).compile()
+    runner(*prog.arrays)
+    backward = {id(n) for n in prog.graph.nodes[prog.n_forward :]}
+    stages = runner.program.stages
+    memory = runner.last_memory
+    events = [
+        Event(f"stage {i} ({len(s.graph.nodes)} nodes)", live, high,
+              "backward" if id(s.graph.nodes[0]) in backward else "forward")
+        for i, (s, live, high) in enumerate(zip(stages, memory.live, memory.high))
+    ]
+    return Profile(memory.peak, events, f"xla ({'staged' if runner.program.staged else 'fused'})", "stage")
 
 
 # ---------------------------------------------------------------- plots

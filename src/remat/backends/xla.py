@@ -65,7 +65,7 @@ def _random_fold_in(key, data):
     return lax.bitcast_convert_type(threefry.fold_in(jnp, _u32(key), _u32(data)), jnp.int32)
 
 
-def _checkpoint(*args, body: Graph, **_):  # saved, policy, num_residuals: for the VJP
+def _block(*args, body: Graph, **_):  # the other params are for the VJP rule
     # Forward evaluation inlines the body: its internals are temporaries of the enclosing executable.
     return tuple(evaluate(body, args))
 
@@ -98,7 +98,8 @@ IMPLS: dict[str, Callable] = {
     "stop_gradient": lambda x: x,
     "barrier": lambda *xs: lax.optimization_barrier(xs),
     "checkpoint_name": lambda x, *, name: x,
-    "checkpoint": _checkpoint,
+    "checkpoint": _block,
+    "custom_vjp": _block,  # runs fwd: the outputs, then the residuals
     "random_uniform": _random_uniform,
     "random_fold_in": _random_fold_in,
 }
@@ -300,7 +301,8 @@ def _all_vars(graph: Graph):
 
 
 class Runner:
-    """Runs a Program's stages in order, keeping each value only as long as a later stage needs it."""
+    """Runs a Program's stages in order, keeping each value only as long as a later stage needs
+    it. `last_memory` tells what the latest run held, stage by stage."""
 
     def __init__(self, program: Program):
         self.program = program
@@ -310,22 +312,59 @@ class Runner:
             # Constants the stages take as inputs (non-scalars) or the caller gets back, on the device once.
             wanted = {v: a for v, a in graph.constants.items() if a.ndim or v in graph.outputs}
             self._consts = dict(zip(wanted, jax.device_put(list(wanted.values()))))
-        self._steps = [(s, compiled[s.key]) for s in program.stages]
+        self._steps = [(s, compiled[s.key], _temp_bytes(compiled[s.key])) for s in program.stages]
         self.executables = len(compiled)
+        self.last_memory: StageMemory | None = None
 
     def __call__(self, *args) -> list:
         graph = self.program.graph
+        memory = StageMemory(set(graph.inputs) | set(self._consts))
         with self.program.mode():
             env = dict(self._consts)
             env.update(zip(graph.inputs, _to_device(graph.inputs, args)))
-            for stage, executable in self._steps:
+            for stage, executable, temp in self._steps:
                 ins = [env[v] for v in stage.graph.inputs]
                 for v in stage.dead:
                     del env[v]
                 outs = executable(*ins)
                 del ins  # the last references to dead inputs: XLA may free them now
+                memory.record(stage, temp, env)
                 env.update(zip(stage.graph.outputs, outs))
+            self.last_memory = memory
             return [env[v] for v in graph.outputs]
+
+
+class StageMemory:
+    """Bytes a staged run held, per stage: `live` after it (values of the run, not the caller's
+    arguments or constants) and `high` while it ran (also its outputs and XLA's temporaries,
+    less the inputs it donated). Counted from shapes and XLA's own buffer report."""
+
+    def __init__(self, external: set[Var]):
+        self._external = external
+        self.live: list[int] = []
+        self.high: list[int] = []
+        self._held = 0
+
+    def _bytes(self, env) -> int:
+        return sum(v.nbytes for v in env if v not in self._external)
+
+    def record(self, stage: Stage, temp: int, env_before_outputs) -> None:
+        outs = sum(v.nbytes for v in stage.graph.outputs)
+        donated = sum(stage.graph.inputs[k].nbytes for k in stage.donate)
+        self.high.append(self._held + temp + outs - donated)
+        self._held = self._bytes(env_before_outputs) + outs
+        self.live.append(self._held)
+
+    @property
+    def peak(self) -> int:
+        return max(self.high + self.live, default=0)
+
+
+def _temp_bytes(executable) -> int:
+    try:
+        return int(executable.memory_analysis().temp_size_in_bytes)
+    except Exception:  # not every platform reports it
+        return 0
 
 
 def _to_device(vars_: list[Var], args) -> list:
