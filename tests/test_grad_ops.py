@@ -207,8 +207,17 @@ def _jax_ck(x, w):
     return jax.checkpoint(lambda h, w: jnp.tanh(h @ w))(x, w)
 
 
+@rm.custom_vjp
+def _sin_times(x, y):
+    return rm.sin(x) * y
+
+
+# x' = g y cos x,  y' = g sin x
+_sin_times.defvjp(lambda x, y: (rm.sin(x) * y, (x, y)), lambda r, g: (g * r[1] * rm.cos(r[0]), g * rm.sin(r[0])))
+
 NN = [
     S("checkpoint", _rm_ck, _jax_ck, (2, 3), (3, 3)),
+    S("custom_vjp", _sin_times, lambda x, y: jnp.sin(x) * y, (3,), (3,)),
     S("checkpoint", lambda x: rm.checkpoint(lambda: rm.sin(x) * x), lambda x: jnp.sin(x) * x,
       (3,), tag="no-inputs"),
     S("relu", rm.nn.relu, jax.nn.relu, (3, 4), domain=nonzero),

@@ -74,6 +74,7 @@ OP_CASES = {
     "index_add": lambda x: rm.index_add(x, rm.asarray([0, 2, 0]), x[:3] * 10.0, axis=0),
     "identity": lambda x: [rm.stop_gradient(x), rm.checkpoint_name(x, "n"), *rm.ops.barrier(x, x * 2)],
     "checkpoint": lambda x: rm.checkpoint(lambda h: rm.tanh(h) * x, x * 3),
+    "custom_vjp": lambda x: [rm.nn.softmax(x), rm.nn.layer_norm(x), rm.grad(lambda h: rm.sum(rm.nn.gelu(h) ** 2))(x)],
 }
 
 

@@ -10,6 +10,7 @@
 from remat import dtypes, memory, nn, policies, random, tree
 from remat.autodiff import grad, value_and_grad, vjp
 from remat.checkpoint import checkpoint, remat
+from remat.custom_vjp import custom_vjp
 from remat.dtypes import bool_, float32, float64, int32, int64
 from remat.errors import DTypeError, RematError, ShapeError, TracerError
 from remat.graph import Graph, Node, Var

@@ -146,8 +146,8 @@ def saved_residuals(fn, *args, argnums=None) -> list[Residual]:
 
 
 class _Describer:
-    """Where a Var of the step came from, looking through checkpoint blocks to the body value a
-    block output stands for."""
+    """Where a Var of the step came from, looking through blocks (checkpoint, custom_vjp) to the
+    body value a block output stands for."""
 
     def __init__(self, graph: Graph, input_names: list[str]):
         self.graph = graph

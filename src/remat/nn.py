@@ -1,4 +1,6 @@
-"""Neural-network helpers composed from remat ops: they need no VJP or lowering of their own.
+"""Neural-network helpers composed from remat ops: they need no lowering of their own. Those
+whose composed gradient would keep several intermediates (softmax, log_softmax, layer_norm,
+gelu) give their VJP with `custom_vjp`, keeping one tensor as a framework's fused op would.
 
 Reductions that exponentiate subtract a `stop_gradient`-ed maximum first, so they neither
 overflow nor change the gradient (the functions are shift-invariant).
@@ -6,10 +8,12 @@ overflow nor change the gradient (the functions are shift-invariant).
 
 from __future__ import annotations
 
+import functools
 import math
 
 from remat import dtypes
 from remat import random as _random
+from remat.custom_vjp import custom_vjp
 from remat.errors import DTypeError, ShapeError
 from remat.ops import (
     abs,
@@ -63,20 +67,46 @@ def sigmoid(x) -> Tensor:
 
 def gelu(x, approximate: bool = True) -> Tensor:
     """Gaussian error linear unit `x * Phi(x)`; `approximate` uses the tanh form (as JAX does
-    by default).
+    by default). Its gradient keeps only `x`.
 
     >>> import remat as rm
     >>> rm.nn.gelu(rm.asarray([0.0, 1.0]), approximate=False)
     Tensor([0.       , 0.8413447], dtype=float32)
     """
-    x = _float(x)
-    if approximate:
-        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))
-        return 0.5 * x * (1.0 + tanh(inner))
-    # x * Phi(x) = x/2 * erfc(-x/sqrt 2); erfc of a negative argument is 2 - erfc(|z|).
+    return (_gelu_tanh if approximate else _gelu_exact)(_float(x))
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh_value(x: Tensor) -> Tensor:
+    inner = _SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))
+    return 0.5 * x * (1.0 + tanh(inner))
+
+
+def _gelu_tanh_bwd(x: Tensor, g: Tensor) -> tuple:
+    # t = tanh(c (x + a x^3)):  d/dx [x/2 (1 + t)] = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 a x^2)
+    t = tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x)))
+    slope = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (_SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * (x * x)))
+    return (g * slope,)
+
+
+def _phi_cdf(x: Tensor) -> Tensor:
+    """Phi(x) = erfc(-x / sqrt 2) / 2; erfc of a negative argument is 2 - erfc(|z|)."""
     z = x * (1.0 / math.sqrt(2.0))
     tail = _erfc_nonneg(where(x < 0, -z, z))
-    return 0.5 * x * where(x < 0, tail, 2.0 - tail)
+    return 0.5 * where(x < 0, tail, 2.0 - tail)
+
+
+def _gelu_exact_bwd(x: Tensor, g: Tensor) -> tuple:
+    # d/dx [x Phi(x)] = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+    return (g * (_phi_cdf(x) + x * (exp(-0.5 * (x * x)) * (1.0 / math.sqrt(2.0 * math.pi)))),)
+
+
+_gelu_tanh = custom_vjp(_gelu_tanh_value)
+_gelu_tanh.defvjp(lambda x: (_gelu_tanh_value(x), x), _gelu_tanh_bwd)
+_gelu_exact = custom_vjp(lambda x: x * _phi_cdf(x))
+_gelu_exact.defvjp(lambda x: (x * _phi_cdf(x), x), _gelu_exact_bwd)
 
 
 def _erfc_nonneg(z: Tensor) -> Tensor:
@@ -114,47 +144,98 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
 
 
 def log_softmax(x, axis: int = -1) -> Tensor:
-    """`x - logsumexp(x, axis)`: log-probabilities along `axis`.
+    """`x - logsumexp(x, axis)`: log-probabilities along `axis`. Its gradient keeps only the
+    result.
 
     >>> import remat as rm
     >>> rm.nn.log_softmax(rm.asarray([0.0, 0.0]))
     Tensor([-0.6931472, -0.6931472], dtype=float32)
     """
     x = _float(x)
-    shifted = x - _max_shift(x, axis)
-    return shifted - log(sum(exp(shifted), axis=axis, keepdims=True))
+    return _log_softmax(normalize_axes(axis, x.ndim))(x)
 
 
 def softmax(x, axis: int = -1) -> Tensor:
-    """`exp(x) / sum(exp(x), axis)`: probabilities along `axis`.
+    """`exp(x) / sum(exp(x), axis)`: probabilities along `axis`. Its gradient keeps only the
+    result.
 
     >>> import remat as rm
     >>> rm.nn.softmax(rm.asarray([0.0, 0.0, -float("inf")]))
     Tensor([0.5, 0.5, 0. ], dtype=float32)
     """
     x = _float(x)
-    e = exp(x - _max_shift(x, axis))
-    return e / sum(e, axis=axis, keepdims=True)
+    return _softmax(normalize_axes(axis, x.ndim))(x)
 
 
 def layer_norm(x, gamma=None, beta=None, axis=-1, eps: float = 1e-5) -> Tensor:
     """`(x - mean) / sqrt(var + eps) * gamma + beta`, the statistics taken over `axis` (an int
-    or a tuple); `gamma` and `beta` broadcast against `x` and may be None.
+    or a tuple); `gamma` and `beta` broadcast against `x` and may be None. Its gradient keeps
+    the normalized value and `1 / sqrt(var + eps)`.
 
     >>> import remat as rm
     >>> rm.nn.layer_norm(rm.asarray([1.0, 3.0]), eps=0.0)
     Tensor([-1.,  1.], dtype=float32)
     """
     x = _float(x)
-    axes = normalize_axes(axis, x.ndim)
-    centered = x - mean(x, axis=axes, keepdims=True)
-    var = mean(centered * centered, axis=axes, keepdims=True)
-    out = centered / sqrt(var + eps)
+    out = _normalize(normalize_axes(axis, x.ndim), float(eps))(x)
     if gamma is not None:
         out = out * gamma
     if beta is not None:
         out = out + beta
     return out
+
+
+# The custom VJPs are made once per (axes, eps): identical layers then share one rule, and so
+# one compiled XLA stage.
+
+
+@functools.cache
+def _softmax(axes: tuple[int, ...]) -> custom_vjp:
+    def softmax(x):
+        e = exp(x - _max_shift(x, axes))
+        return e / sum(e, axis=axes, keepdims=True)
+
+    def softmax_bwd(y, g):
+        # x' = (diag(y) - y y^T) g = y * (g - sum(g * y))
+        return (y * (g - sum(g * y, axis=axes, keepdims=True)),)
+
+    f = custom_vjp(softmax)
+    f.defvjp(lambda x: (y := softmax(x), y), softmax_bwd)
+    return f
+
+
+@functools.cache
+def _log_softmax(axes: tuple[int, ...]) -> custom_vjp:
+    def log_softmax(x):
+        shifted = x - _max_shift(x, axes)
+        return shifted - log(sum(exp(shifted), axis=axes, keepdims=True))
+
+    def log_softmax_bwd(y, g):
+        # x' = g - softmax(x) * sum(g), softmax(x) = exp(y)
+        return (g - exp(y) * sum(g, axis=axes, keepdims=True),)
+
+    f = custom_vjp(log_softmax)
+    f.defvjp(lambda x: (y := log_softmax(x), y), log_softmax_bwd)
+    return f
+
+
+@functools.cache
+def _normalize(axes: tuple[int, ...], eps: float) -> custom_vjp:
+    def normalize_fwd(x):
+        centered = x - mean(x, axis=axes, keepdims=True)
+        var = mean(centered * centered, axis=axes, keepdims=True)
+        n = centered / sqrt(var + eps)
+        return n, (n, 1.0 / sqrt(var + eps))
+
+    def normalize_bwd(res, g):
+        # n = (x - mean) r, r = 1/sqrt(var + eps):  x' = r (g - mean(g) - n mean(g n))
+        n, r = res
+        return (r * (g - mean(g, axis=axes, keepdims=True) - n * mean(g * n, axis=axes, keepdims=True)),)
+
+    f = custom_vjp(lambda x: normalize_fwd(x)[0])
+    f.__name__ = "layer_norm"
+    f.defvjp(normalize_fwd, normalize_bwd)
+    return f
 
 
 def one_hot(labels, num_classes: int, dtype=dtypes.float32) -> Tensor:

@@ -40,11 +40,11 @@ def _random_fold_in(key, data):
     return threefry.fold_in(np, _u32(key), _u32(data)).view(np.int32)
 
 
-def _checkpoint(*args, body, memory=None, **_):  # saved, policy, num_residuals: for the VJP
+def _block(*args, body, memory=None, **_):  # the other params are for the VJP rule
     outs = run(body, args, memory)
     if memory is not None:  # `run` holds the body's outputs; the caller holds them from here on
-        for o in outs:
-            memory.release(o)
+        for v in dict.fromkeys(body.outputs):  # once per Var: a custom_vjp may output a value twice
+            memory.release(outs[body.outputs.index(v)])
     return tuple(outs)
 
 
@@ -78,12 +78,13 @@ IMPLS: dict[str, Callable] = {
     "stop_gradient": lambda x: x,
     "barrier": lambda *xs: xs,
     "checkpoint_name": lambda x, *, name: x,
-    "checkpoint": _checkpoint,
+    "checkpoint": _block,
+    "custom_vjp": _block,  # runs fwd: the outputs, then the residuals
     "random_uniform": _random_uniform,
     "random_fold_in": _random_fold_in,
 }
 
-_BLOCKS = {"checkpoint"}  # ops that run sub-graphs and so take the memory counter
+_BLOCKS = {"checkpoint", "custom_vjp"}  # ops that run sub-graphs and so take the memory counter
 
 
 def apply(op: str, values: list[np.ndarray], params: dict, avals, memory=None, out=None) -> list[np.ndarray]:
