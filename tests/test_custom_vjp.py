@@ -10,7 +10,7 @@ import remat as rm
 from conftest import run_on
 
 
-def close(a, b, tol=1e-5):
+def assert_close(a, b, tol=1e-5):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
 
 
@@ -35,7 +35,7 @@ def test_the_custom_gradient_is_used():
     x = rm.asarray([0.5, -2.0])
     assert np.asarray(clip_gradient(x)).tolist() == [0.5, -2.0]
     g = rm.grad(lambda x: rm.sum(clip_gradient(x) * rm.asarray([5.0, 0.5])))(x)
-    close(g, [1.0, 0.5])
+    assert_close(g, [1.0, 0.5])
 
 
 def test_outside_a_trace_it_runs_fn_only():
@@ -47,15 +47,15 @@ def test_outside_a_trace_it_runs_fn_only():
 
     f = rm.custom_vjp(lambda x: x * 2.0)
     f.defvjp(fwd, lambda _, g: (g,))
-    close(f(rm.asarray(3.0)), 6.0)
+    assert_close(f(rm.asarray(3.0)), 6.0)
     assert calls == []
 
 
 def test_values_and_gradients_on_each_backend(backend, rng):
     x = rng.normal(size=(3, 4)).astype(np.float32)
     val, g = run_on(backend, rm.value_and_grad(lambda x: rm.sum(my_sin(x) ** 2)), x)
-    close(val, np.sum(np.sin(x) ** 2))
-    close(g, 2 * np.sin(x) * np.cos(x))
+    assert_close(val, np.sum(np.sin(x) ** 2))
+    assert_close(g, 2 * np.sin(x) * np.cos(x))
 
 
 def test_one_node_holds_fwd_as_its_body():
@@ -84,28 +84,28 @@ def test_pytree_arguments_outputs_and_none_cotangents(backend, rng):
     a, b = rng.normal(size=(2, 3)).astype(np.float32)
     loss = lambda p, s: rm.sum(f(p, s)["y"]) + rm.sum(f(p, s)["z"] * 2.0)  # noqa: E731
     gp, gs = run_on(backend, rm.grad(loss, argnums=(0, 1)), {"a": a, "b": b}, np.float32(3.0))
-    close(gp["a"], b * 3.0 + 2.0)
-    close(gp["b"], a * 3.0)
+    assert_close(gp["a"], b * 3.0 + 2.0)
+    assert_close(gp["b"], a * 3.0)
     assert float(gs) == 0.0
 
 
 def test_python_scalar_arguments_are_static():
     f = rm.custom_vjp(lambda x, k: x * k)
     f.defvjp(lambda x, k: (x * k, None), lambda _, g: (g * 10.0, None))
-    close(rm.grad(lambda x: rm.sum(f(x, 2.0)))(rm.ones((2,))), [10.0, 10.0])
+    assert_close(rm.grad(lambda x: rm.sum(f(x, 2.0)))(rm.ones((2,))), [10.0, 10.0])
 
 
 def test_second_order_reaches_the_residuals(backend, rng):
     x = rng.normal(size=(5,)).astype(np.float32)
     gg = run_on(backend, rm.grad(lambda x: rm.sum(rm.grad(lambda y: rm.sum(my_sin(y)))(x))), x)
-    close(gg, -np.sin(x))
+    assert_close(gg, -np.sin(x))
 
 
 def test_second_order_through_the_bwd_rule():
     sq = rm.custom_vjp(lambda x: x * x)
     sq.defvjp(lambda x: (x * x, x), lambda x, g: (2.0 * x * g,))
     x = rm.asarray([1.0, -3.0])
-    close(rm.grad(lambda x: rm.sum(rm.grad(lambda y: rm.sum(sq(y) * y))(x)))(x), 6.0 * np.asarray(x))
+    assert_close(rm.grad(lambda x: rm.sum(rm.grad(lambda y: rm.sum(sq(y) * y))(x)))(x), 6.0 * np.asarray(x))
 
 
 @pytest.mark.parametrize("policy", [None, rm.policies.everything_saveable, rm.policies.dots_saveable])
@@ -118,8 +118,8 @@ def test_inside_a_checkpoint(policy, backend, rng):
 
     want = run_on("numpy", rm.grad(lambda x, w: loss(x, w, False), argnums=(0, 1)), x, w)
     got = run_on(backend, rm.grad(lambda x, w: loss(x, w, True), argnums=(0, 1)), x, w)
-    close(got[0], want[0])
-    close(got[1], want[1])
+    assert_close(got[0], want[0])
+    assert_close(got[1], want[1])
 
 
 def test_vectorized_arguments(rng):
@@ -128,11 +128,11 @@ def test_vectorized_arguments(rng):
     f = rm.custom_vjp(lambda x, w: rm.sum(x * w))
     # x' = g w, w' = g x; bwd sees unvectorized shapes
     f.defvjp(lambda x, w: (rm.sum(x * w), (x, w)), lambda r, g: (g * r[1], g * r[0]))
-    close(rm.vmap(f, in_axes=(0, None))(x, w), x @ w)
-    close(rm.vmap(rm.grad(f), in_axes=(0, None))(x, w), np.broadcast_to(w, (4, 3)))
+    assert_close(rm.vmap(f, in_axes=(0, None))(x, w), x @ w)
+    assert_close(rm.vmap(rm.grad(f), in_axes=(0, None))(x, w), np.broadcast_to(w, (4, 3)))
     # w is shared by the entries: its cotangent sums over the vectorized axis
     gw = rm.grad(lambda w: rm.sum(rm.vmap(lambda xi: f(xi, w))(x) ** 2))(w)
-    close(gw, 2 * (x @ w) @ x, tol=1e-4)
+    assert_close(gw, 2 * (x @ w) @ x, tol=1e-4)
 
 
 def test_nn_gradients_keep_one_tensor():

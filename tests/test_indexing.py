@@ -47,7 +47,7 @@ def _as_tensor_index(index):
     return tuple(rm.asarray(i) if isinstance(i, np.ndarray) else i for i in _items(index))
 
 
-def _check(out, expected):
+def assert_matches(out, expected):
     assert isinstance(out, rm.Tensor)
     assert out.shape == expected.shape
     assert out.dtype == expected.dtype
@@ -56,17 +56,17 @@ def _check(out, expected):
 
 @pytest.mark.parametrize("index", INDICES, ids=_ids)
 def test_eager_indexing_matches_numpy(index):
-    _check(rm.asarray(X)[index], X[index])
+    assert_matches(rm.asarray(X)[index], X[index])
 
 
 @pytest.mark.parametrize("index", INDICES, ids=_ids)
 def test_eager_indexing_with_tensor_indices_matches_numpy(index):
-    _check(rm.asarray(X)[_as_tensor_index(index)], X[index])
+    assert_matches(rm.asarray(X)[_as_tensor_index(index)], X[index])
 
 
 @pytest.mark.parametrize("index", INDICES, ids=_ids)
 def test_jit_indexing_with_a_fixed_index_matches_numpy(index):
-    _check(rm.jit(lambda x: x[index])(rm.asarray(X)), X[index])
+    assert_matches(rm.jit(lambda x: x[index])(rm.asarray(X)), X[index])
 
 
 @pytest.mark.parametrize(
@@ -80,29 +80,29 @@ def test_jit_indexing_with_a_traced_integer_index_matches_numpy(index):
 
     g = rm.make_graph(f)(rm.asarray(X), rm.asarray(array))
     assert "take" in [n.op for n in g.nodes]  # the index is an input, not a constant
-    _check(rm.jit(f)(rm.asarray(X), rm.asarray(array)), X[index])
+    assert_matches(rm.jit(f)(rm.asarray(X), rm.asarray(array)), X[index])
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64", "bool", "float64"])
 def test_indexing_keeps_the_dtype(dtype):
     a = (X % 3).astype(dtype)
-    _check(rm.asarray(a)[1, ::-2, np.array([0, 5])], a[1, ::-2, np.array([0, 5])])
+    assert_matches(rm.asarray(a)[1, ::-2, np.array([0, 5])], a[1, ::-2, np.array([0, 5])])
 
 
 def test_zero_d_tensor_indexing():
     a = np.array(3.5, np.float32)
-    _check(rm.asarray(a)[...], a[...])
-    _check(rm.asarray(a)[None], a[None])
-    _check(rm.asarray(a)[()], a[()])
+    assert_matches(rm.asarray(a)[...], a[...])
+    assert_matches(rm.asarray(a)[None], a[None])
+    assert_matches(rm.asarray(a)[()], a[()])
 
 
 def test_numpy_integer_scalars_index_like_ints():
-    _check(rm.asarray(X)[np.int64(2), np.int32(-1)], X[2, -1])
+    assert_matches(rm.asarray(X)[np.int64(2), np.int32(-1)], X[2, -1])
 
 
 def test_tensor_methods_index_like_getitem():
     x = rm.asarray(X)
-    _check(x[1:3].sum(axis=0), X[1:3].sum(axis=0))
+    assert_matches(x[1:3].sum(axis=0), X[1:3].sum(axis=0))
     assert [t.shape for t in x] == [(5, 6)] * 4
     np.testing.assert_array_equal(np.asarray(list(x)[2]), X[2])
 
@@ -126,7 +126,7 @@ def test_bad_indices_raise_index_error(index):
     with pytest.raises(IndexError):
         rm.jit(lambda x: x[index])(rm.asarray(X))
     assert current_trace() is None
-    _check(rm.jit(lambda x: x[0])(rm.asarray(X)), X[0])
+    assert_matches(rm.jit(lambda x: x[0])(rm.asarray(X)), X[0])
 
 
 def test_out_of_range_int_error_names_index_axis_and_size():
@@ -142,4 +142,4 @@ def test_out_of_range_tensor_index_raises_index_error():
     with pytest.raises(IndexError):
         rm.jit(lambda x, i: x[i])(rm.asarray(X), rm.asarray([9]))
     # The failed run leaves nothing behind: the same function works on good indices.
-    _check(rm.jit(lambda x, i: x[i])(rm.asarray(X), rm.asarray([3])), X[[3]])
+    assert_matches(rm.jit(lambda x, i: x[i])(rm.asarray(X), rm.asarray([3])), X[[3]])

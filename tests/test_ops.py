@@ -348,7 +348,7 @@ def resolve(kwargs, dtype):
     return {k: dtype if v is DT else v for k, v in kwargs.items()}
 
 
-def check(out, expected, dtype):
+def assert_matches(out, expected, dtype):
     assert isinstance(out, rm.Tensor)
     got = np.asarray(out)
     assert got.dtype == np.dtype(dtype), f"dtype {got.dtype}, expected {dtype}"
@@ -377,7 +377,7 @@ def test_op_matches_numpy(spec, dtype, mode):
             out = spec.fn(*tensors, **kw)
         else:
             out = rm.jit(lambda *xs, kw=kw: spec.fn(*xs, **kw))(*tensors)
-        check(out, expected, out_dtype)
+        assert_matches(out, expected, out_dtype)
 
 
 def test_jit_records_the_op_as_a_node_not_a_constant():

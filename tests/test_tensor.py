@@ -48,7 +48,7 @@ BINARY = [operator.add, operator.sub, operator.mul, operator.truediv, operator.p
           operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge]
 
 
-def _same(got, want):
+def assert_same(got, want):
     assert isinstance(got, rm.Tensor)
     want = np.asarray(want)
     assert got.shape == want.shape
@@ -62,9 +62,9 @@ def _same(got, want):
 def test_binary_operators_between_tensors_broadcast(op):
     a, b = np.abs(A) + 0.5, np.abs(B) + 0.5  # positive so ** is defined
     got = op(rm.asarray(a), rm.asarray(b))
-    _same(got, op(a, b))
+    assert_same(got, op(a, b))
     assert got.dtype == op(a, b).dtype
-    _same(rm.jit(op)(rm.asarray(a), rm.asarray(b)), op(a, b))
+    assert_same(rm.jit(op)(rm.asarray(a), rm.asarray(b)), op(a, b))
 
 
 @pytest.mark.parametrize("op", BINARY, ids=lambda o: o.__name__)
@@ -72,10 +72,10 @@ def test_binary_operators_between_tensors_broadcast(op):
 def test_operators_with_python_scalars_on_either_side(op, scalar):
     a = np.abs(A) + 0.5
     t = rm.asarray(a)
-    _same(op(t, scalar), op(a, np.float32(scalar)))
-    _same(op(scalar, t), op(np.float32(scalar), a))
+    assert_same(op(t, scalar), op(a, np.float32(scalar)))
+    assert_same(op(scalar, t), op(np.float32(scalar), a))
     assert op(scalar, t).dtype == op(t, scalar).dtype == op(np.float32(scalar), a).dtype
-    _same(rm.jit(lambda x: op(scalar, x))(t), op(np.float32(scalar), a))
+    assert_same(rm.jit(lambda x: op(scalar, x))(t), op(np.float32(scalar), a))
 
 
 @pytest.mark.parametrize("op", BINARY + [operator.matmul], ids=lambda o: o.__name__)
@@ -84,8 +84,8 @@ def test_numpy_array_on_the_left_gives_a_tensor(op):
     n = np.abs(A.T if op is operator.matmul else B[None]) + 0.5
     got = op(n, rm.asarray(a))
     assert isinstance(got, rm.Tensor)
-    _same(got, op(n, a))
-    _same(op(rm.asarray(a), n), op(a, n))
+    assert_same(got, op(n, a))
+    assert_same(op(rm.asarray(a), n), op(a, n))
 
 
 def test_numpy_scalar_on_the_left_gives_a_tensor():
@@ -93,48 +93,48 @@ def test_numpy_scalar_on_the_left_gives_a_tensor():
     for got, want in [(np.float32(2.0) * t, 2 * A), (np.int32(1) + t, A + 1), (np.float32(1) - t, 1 - A)]:
         assert isinstance(got, rm.Tensor)
         assert got.dtype == np.float32
-        _same(got, want)
+        assert_same(got, want)
 
 
 def test_matmul_operator_and_its_reflected_form():
     w = np.arange(6, dtype=np.float32).reshape(3, 2)
-    _same(rm.asarray(A) @ rm.asarray(w), A @ w)
-    _same(rm.asarray(A) @ w, A @ w)
-    _same(A @ rm.asarray(w), A @ w)
-    _same(rm.jit(lambda x, y: x @ y)(rm.asarray(A), rm.asarray(w)), A @ w)
+    assert_same(rm.asarray(A) @ rm.asarray(w), A @ w)
+    assert_same(rm.asarray(A) @ w, A @ w)
+    assert_same(A @ rm.asarray(w), A @ w)
+    assert_same(rm.jit(lambda x, y: x @ y)(rm.asarray(A), rm.asarray(w)), A @ w)
 
 
 def test_unary_operators():
     t = rm.asarray(A)
-    _same(-t, -A)
-    _same(+t, A)
-    _same(abs(t), np.abs(A))
-    _same(~rm.asarray([True, False]), [False, True])
-    _same(rm.jit(lambda x: -x)(t), -A)
+    assert_same(-t, -A)
+    assert_same(+t, A)
+    assert_same(abs(t), np.abs(A))
+    assert_same(~rm.asarray([True, False]), [False, True])
+    assert_same(rm.jit(lambda x: -x)(t), -A)
     ints = rm.asarray([3, -4])
     assert (-ints).dtype == np.int32
-    _same(-ints, [-3, 4])
+    assert_same(-ints, [-3, 4])
 
 
 def test_comparisons_give_bool_tensors_and_combine_with_logical_operators():
     t = rm.asarray(A)
     got = (t > 0) & (t < 3.5) | (t == -1)
     assert got.dtype == np.bool_
-    _same(got, (A > 0) & (A < 3.5) | (A == -1))
-    _same(t != A, np.zeros(A.shape, bool))
+    assert_same(got, (A > 0) & (A < 3.5) | (A == -1))
+    assert_same(t != A, np.zeros(A.shape, bool))
 
 
 def test_tensor_methods():
     t = rm.asarray(A)
-    _same(t.T, A.T)
-    _same(t.reshape(3, 2), A.reshape(3, 2))
-    _same(t.reshape((6,)), A.reshape(6))
-    _same(t.sum(axis=1), A.sum(axis=1))
-    _same(t.mean(), A.mean())
-    _same(t.max(axis=0, keepdims=True), A.max(axis=0, keepdims=True))
-    _same(t.min(), A.min())
+    assert_same(t.T, A.T)
+    assert_same(t.reshape(3, 2), A.reshape(3, 2))
+    assert_same(t.reshape((6,)), A.reshape(6))
+    assert_same(t.sum(axis=1), A.sum(axis=1))
+    assert_same(t.mean(), A.mean())
+    assert_same(t.max(axis=0, keepdims=True), A.max(axis=0, keepdims=True))
+    assert_same(t.min(), A.min())
     assert t.astype("int64").dtype == np.int64
-    _same(t.astype("int64"), A.astype(np.int64))
+    assert_same(t.astype("int64"), A.astype(np.int64))
 
 
 def test_tensors_are_unhashable_because_eq_builds_a_tensor():
@@ -195,7 +195,7 @@ def test_bool_on_a_traced_tensor_names_rm_where():
         rm.jit(f)(rm.asarray(A))
     assert isinstance(info.value, rm.TracerError)
     assert f"test_tensor.py:{line}" in str(info.value)
-    _same(rm.jit(lambda x: rm.where(x.sum() > 0, x, -x))(rm.asarray(A)), A)
+    assert_same(rm.jit(lambda x: rm.where(x.sum() > 0, x, -x))(rm.asarray(A)), A)
 
 
 @pytest.mark.parametrize(
@@ -215,7 +215,7 @@ def test_escaped_tracer_raises_a_type_error():
         leaked[0] + 1.0
     with pytest.raises(TypeError, match="escaped"):
         rm.jit(lambda y: y + leaked[0])(rm.asarray(A))
-    _same(rm.jit(lambda y: y + 1.0)(rm.asarray(A)), A + 1)
+    assert_same(rm.jit(lambda y: y + 1.0)(rm.asarray(A)), A + 1)
 
 
 # ---------------------------------------------------------------- shape errors
@@ -268,8 +268,8 @@ def test_after_errors_the_next_trace_works_normally():
     assert str(g) == (
         "graph(a:f32[4,8]) {\n  b:f32[4,8] = multiply a 2.0\n  c:f32[4,8] = tanh b\n  return c\n}"
     )
-    _same(rm.jit(lambda x: x @ rm.ones((8, 2)))(rm.asarray(X48)), np.full((4, 2), 8.0))
-    _same(rm.grad(lambda x: rm.sum(x * x))(rm.asarray(X48)), 2 * X48)
+    assert_same(rm.jit(lambda x: x @ rm.ones((8, 2)))(rm.asarray(X48)), np.full((4, 2), 8.0))
+    assert_same(rm.grad(lambda x: rm.sum(x * x))(rm.asarray(X48)), 2 * X48)
 
 
 def test_shape_error_is_a_remat_error_and_a_value_error():
