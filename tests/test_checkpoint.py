@@ -363,3 +363,17 @@ def test_forward_block_keeps_none_of_its_internals(rng):
     memory = compiled.last_memory
     assert memory.live == 64 * 64 * 4  # only the output is alive afterwards
     assert memory.peak <= 2 * 64 * 64 * 4  # one input and one output of an elementwise op at a time
+
+
+def test_grad_passes_keyword_arguments_through(backend, rng):
+    x, w = f32(rng, 3), f32(rng, 3)
+
+    def loss(x, *, w, square):
+        y = rm.checkpoint(lambda h: rm.sin(h * w), x)
+        return rm.sum(y * y if square else y)
+
+    got = rm.grad(loss)(x, w=w, square=True)
+    want = 2 * np.sin(np.asarray(x) * np.asarray(w)) * np.cos(np.asarray(x) * np.asarray(w)) * np.asarray(w)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    jitted = run_on(backend, lambda x, w: rm.grad(loss)(x, w=w, square=False), x, w)
+    np.testing.assert_allclose(jitted, np.cos(np.asarray(x) * np.asarray(w)) * np.asarray(w), rtol=1e-5)

@@ -198,3 +198,20 @@ def test_errors_raised_outside_shape_rules_also_point_at_the_user_line():
         rm.sum(rm.ones((2, 2)), axis=2)
     with pytest.raises(ValueError, match=r"squeeze: .* \(at test_jit.py:\d+\)$"):
         rm.jit(lambda x: rm.squeeze(x, 0))(rm.ones((2, 2)))
+
+
+def test_keyword_arguments_are_traced_arguments_too():
+    calls = []
+
+    def f(x, *, scale, bias=None):
+        calls.append(1)
+        return x * scale + (0.0 if bias is None else bias)
+
+    jf = rm.jit(f)
+    x = rm.ones((2,))
+    np.testing.assert_allclose(jf(x, scale=rm.asarray(3.0)), [3.0, 3.0])
+    np.testing.assert_allclose(jf(x, scale=rm.asarray(4.0)), [4.0, 4.0])  # same signature: no retrace
+    np.testing.assert_allclose(jf(x, scale=rm.asarray(4.0), bias=rm.ones((2,))), [5.0, 5.0])
+    assert len(calls) == 2
+    graph = jf.lower(x, scale=rm.asarray(3.0)).graph
+    assert [v.shape for v in graph.inputs] == [(2,), ()]

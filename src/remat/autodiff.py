@@ -144,9 +144,9 @@ def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bo
     """
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
-    def wrapped(*args):
+    def wrapped(*args, **kwargs):
         if current_trace() is None:
-            return call_traced(wrapped, args)
+            return call_traced(lambda args, kwargs: wrapped(*args, **kwargs), (args, kwargs))
         for i in nums:
             if i >= len(args):
                 raise TypeError(f"grad: argnums {argnums} but only {len(args)} positional arguments")
@@ -156,7 +156,7 @@ def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bo
             full = list(args)
             for i, x in zip(nums, xs):
                 full[i] = x
-            return fn(*full)
+            return fn(*full, **kwargs)
 
         def run_vjp(xs):
             result = vjp(partial, *xs, has_aux=has_aux)
@@ -195,8 +195,8 @@ def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False
     """
     vg = value_and_grad(fn, argnums, has_aux)
 
-    def wrapped(*args):
-        value, g = vg(*args)
+    def wrapped(*args, **kwargs):
+        value, g = vg(*args, **kwargs)
         return (g, value[1]) if has_aux else g
 
     return wrapped

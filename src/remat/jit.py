@@ -93,33 +93,35 @@ class Jitted:
         dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
         return static, dynamic
 
-    def _bind_static(self, static):
-        def fn(*dynamic):
-            full, it = [], iter(dynamic)
-            statics = dict(static)
-            for i in range(len(dynamic) + len(static)):
-                full.append(statics[i] if i in statics else next(it))
-            return self.fn(*full)
+    def _traceable(self, static):
+        """`fn` as a function of (dynamic positional arguments, keyword arguments), with the
+        static arguments put back in their places."""
+        statics = dict(static)
+
+        def fn(dynamic, kwargs):
+            it = iter(dynamic)
+            full = [statics[i] if i in statics else next(it) for i in range(len(dynamic) + len(statics))]
+            return self.fn(*full, **kwargs)
 
         return fn
 
-    def lower(self, *args) -> Lowered:
+    def lower(self, *args, **kwargs) -> Lowered:
         static, dynamic = self._split(args)
         self.trace_count += 1
         name = f"jit({getattr(self.fn, '__name__', 'fn')})"
-        traced = trace_function(self._bind_static(static), dynamic, name=name)
+        traced = trace_function(self._traceable(static), (dynamic, kwargs), name=name)
         return Lowered(traced, self.backend, self.options)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if current_trace() is not None:  # inside another transformation: inline
-            return self.fn(*args)
+            return self.fn(*args, **kwargs)
         static, dynamic = self._split(args)
-        leaves, treedef = tree.flatten(dynamic)
+        leaves, treedef = tree.flatten((dynamic, kwargs))
         key = (treedef, _signature(leaves), static)
         compiled = self._cache.get(key)
         if compiled is None:
-            compiled = self._cache[key] = self.lower(*args).compile()
-        return compiled(*dynamic)
+            compiled = self._cache[key] = self.lower(*args, **kwargs).compile()
+        return compiled(dynamic, kwargs)
 
 
 def call_traced(fn: Callable, args: tuple):
