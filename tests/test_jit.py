@@ -215,3 +215,20 @@ def test_keyword_arguments_are_traced_arguments_too():
     assert len(calls) == 2
     graph = jf.lower(x, scale=rm.asarray(3.0)).graph
     assert [v.shape for v in graph.inputs] == [(2,), ()]
+
+
+def test_static_argnames_make_keyword_arguments_python_values():
+    calls = []
+
+    def f(x, *, training: bool):
+        calls.append(training)
+        return x * 2.0 if training else x  # a Python `if`: training must be static
+
+    jf = rm.jit(f, static_argnames="training")
+    x = rm.ones((2,))
+    np.testing.assert_allclose(jf(x, training=True), [2.0, 2.0])
+    np.testing.assert_allclose(jf(x, training=False), [1.0, 1.0])
+    np.testing.assert_allclose(jf(x, training=True), [2.0, 2.0])
+    assert calls == [True, False]
+    with pytest.raises(TypeError, match=r"rm\.where"):  # not static: traced, and `if` cannot use it
+        rm.jit(f)(x, training=True)

@@ -78,35 +78,40 @@ def _raw(x):
 class Jitted:
     """The result of `rm.jit(fn)`: call it like `fn`; `.lower(*args)` exposes the program."""
 
-    def __init__(self, fn: Callable, backend: str, static_argnums: tuple[int, ...], options: dict):
+    def __init__(self, fn: Callable, backend: str, static_argnums: tuple[int, ...],
+                 static_argnames: tuple[str, ...], options: dict):
         backends.get(backend)  # fail now on an unknown name
         self.fn = fn
         self.backend = backend
         self.static_argnums = static_argnums
+        self.static_argnames = static_argnames
         self.options = options
         self._cache: dict[Any, Compiled] = {}
         self.trace_count = 0
         functools.update_wrapper(self, fn)
 
-    def _split(self, args):
-        static = tuple((i, args[i]) for i in self.static_argnums)
+    def _split(self, args, kwargs):
+        """(static values, dynamic positional arguments, dynamic keyword arguments)."""
+        static = tuple((i, args[i]) for i in self.static_argnums if i < len(args))
+        static += tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
         dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
-        return static, dynamic
+        return static, dynamic, {k: v for k, v in kwargs.items() if k not in self.static_argnames}
 
     def _traceable(self, static):
         """`fn` as a function of (dynamic positional arguments, keyword arguments), with the
         static arguments put back in their places."""
-        statics = dict(static)
+        positional = {k: v for k, v in static if isinstance(k, int)}
+        named = {k: v for k, v in static if isinstance(k, str)}
 
         def fn(dynamic, kwargs):
             it = iter(dynamic)
-            full = [statics[i] if i in statics else next(it) for i in range(len(dynamic) + len(statics))]
-            return self.fn(*full, **kwargs)
+            full = [positional[i] if i in positional else next(it) for i in range(len(dynamic) + len(positional))]
+            return self.fn(*full, **kwargs, **named)
 
         return fn
 
     def lower(self, *args, **kwargs) -> Lowered:
-        static, dynamic = self._split(args)
+        static, dynamic, kwargs = self._split(args, kwargs)
         self.trace_count += 1
         name = f"jit({getattr(self.fn, '__name__', 'fn')})"
         traced = trace_function(self._traceable(static), (dynamic, kwargs), name=name)
@@ -115,13 +120,13 @@ class Jitted:
     def __call__(self, *args, **kwargs):
         if current_trace() is not None:  # inside another transformation: inline
             return self.fn(*args, **kwargs)
-        static, dynamic = self._split(args)
-        leaves, treedef = tree.flatten((dynamic, kwargs))
+        static, dynamic, dynamic_kwargs = self._split(args, kwargs)
+        leaves, treedef = tree.flatten((dynamic, dynamic_kwargs))
         key = (treedef, _signature(leaves), static)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._cache[key] = self.lower(*args, **kwargs).compile()
-        return compiled(dynamic, kwargs)
+        return compiled(dynamic, dynamic_kwargs)
 
 
 def call_traced(fn: Callable, args: tuple):
@@ -143,7 +148,8 @@ def call_traced(fn: Callable, args: tuple):
     return traced.wrap_outputs([Tensor._concrete(o) for o in outs])
 
 
-def jit(fn: Callable, backend: str = "numpy", static_argnums=(), staged: bool | None = None) -> Jitted:
+def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames=(),
+        staged: bool | None = None) -> Jitted:
     """Trace `fn` once per signature (pytree structure, shapes, dtypes, static values) and run
     it on `backend` ("numpy" or "xla"). `staged` chooses the XLA execution mode.
 
@@ -155,4 +161,6 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), staged: bool | 
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
     options = {} if backend == "numpy" else {"staged": staged}
-    return Jitted(fn, backend, tuple(static_argnums), options)
+    if isinstance(static_argnames, str):
+        static_argnames = (static_argnames,)
+    return Jitted(fn, backend, tuple(static_argnums), tuple(static_argnames), options)
