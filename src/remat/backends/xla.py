@@ -302,7 +302,7 @@ def _all_vars(graph: Graph):
 
 class Runner:
     """Runs a Program's stages in order, keeping each value only as long as a later stage needs
-    it. `last_memory` tells what the latest run held, stage by stage."""
+    it. `last_memory` tells what a run holds, stage by stage."""
 
     def __init__(self, program: Program):
         self.program = program
@@ -312,48 +312,46 @@ class Runner:
             # Constants the stages take as inputs (non-scalars) or the caller gets back, on the device once.
             wanted = {v: a for v, a in graph.constants.items() if a.ndim or v in graph.outputs}
             self._consts = dict(zip(wanted, jax.device_put(list(wanted.values()))))
-        self._steps = [(s, compiled[s.key], _temp_bytes(compiled[s.key])) for s in program.stages]
+        self._steps = [(s, compiled[s.key]) for s in program.stages]
         self.executables = len(compiled)
+        temps = [_temp_bytes(compiled[s.key]) for s in program.stages]
+        self._memory = StageMemory(program.stages, temps, set(graph.inputs) | set(self._consts))
         self.last_memory: StageMemory | None = None
 
     def __call__(self, *args) -> list:
         graph = self.program.graph
-        memory = StageMemory(set(graph.inputs) | set(self._consts))
         with self.program.mode():
             env = dict(self._consts)
             env.update(zip(graph.inputs, _to_device(graph.inputs, args)))
-            for stage, executable, temp in self._steps:
+            for stage, executable in self._steps:
                 ins = [env[v] for v in stage.graph.inputs]
                 for v in stage.dead:
                     del env[v]
                 outs = executable(*ins)
                 del ins  # the last references to dead inputs: XLA may free them now
-                memory.record(stage, temp, env)
                 env.update(zip(stage.graph.outputs, outs))
-            self.last_memory = memory
+            self.last_memory = self._memory
             return [env[v] for v in graph.outputs]
 
 
 class StageMemory:
-    """Bytes a staged run held, per stage: `live` after it (values of the run, not the caller's
-    arguments or constants) and `high` while it ran (also its outputs and XLA's temporaries,
-    less the inputs it donated). Counted from shapes and XLA's own buffer report."""
+    """Bytes a staged run holds, per stage: `live` after it (values of the run, not the caller's
+    arguments or constants) and `high` while it runs (also its outputs and XLA's temporaries,
+    less the inputs it donates). The schedule is fixed, so this is worked out once, from the
+    shapes and XLA's own buffer report, not counted on every call."""
 
-    def __init__(self, external: set[Var]):
-        self._external = external
+    def __init__(self, stages: list[Stage], temps: list[int], external: set[Var]):
         self.live: list[int] = []
         self.high: list[int] = []
-        self._held = 0
-
-    def _bytes(self, env) -> int:
-        return sum(v.nbytes for v in env if v not in self._external)
-
-    def record(self, stage: Stage, temp: int, env_before_outputs) -> None:
-        outs = sum(v.nbytes for v in stage.graph.outputs)
-        donated = sum(stage.graph.inputs[k].nbytes for k in stage.donate)
-        self.high.append(self._held + temp + outs - donated)
-        self._held = self._bytes(env_before_outputs) + outs
-        self.live.append(self._held)
+        alive, held = set(external), 0
+        for stage, temp in zip(stages, temps):
+            alive.difference_update(stage.dead)
+            outs = sum(v.nbytes for v in stage.graph.outputs)
+            donated = sum(stage.graph.inputs[k].nbytes for k in stage.donate)
+            self.high.append(held + temp + outs - donated)
+            alive.update(stage.graph.outputs)
+            held = sum(v.nbytes for v in alive if v not in external)
+            self.live.append(held)
 
     @property
     def peak(self) -> int:
