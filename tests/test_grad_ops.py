@@ -475,9 +475,12 @@ def test_prod_hessian_at_zeros_matches_jax(x, x64):
     np.testing.assert_allclose(hess, jax.hessian(jnp.prod)(x), rtol=1e-12)
 
 
-def test_abs_gradient_at_zero_is_zero():
-    # remat takes sign(0) = 0 as the subgradient (JAX takes 1).
-    assert float(rm.grad(rm.abs)(rm.asarray(0.0))) == 0.0
+def test_abs_gradient_at_zero_matches_jax():
+    # The subgradient at the kink is +1, as in JAX.
+    x = np.array([-2.0, 0.0, 3.0], np.float32)
+    got = rm.grad(lambda x: rm.sum(rm.abs(x)))(x)
+    np.testing.assert_array_equal(got, jax.grad(lambda x: jnp.sum(jnp.abs(x)))(x))
+    np.testing.assert_array_equal(got, [-1.0, 1.0, 1.0])
 
 
 # ---------------------------------------------------------------- the transformations

@@ -114,7 +114,8 @@ def _ub(rule):
 # ---------------------------------------------------------------- declarations
 
 _neg = declare("negative", _numeric_unary, lambda g, x, out: (negative(g),))  # d(-x) = -dx
-_abs = declare("abs", _same_unary, lambda g, x, out: (g * sign(x),))  # d|x| = sign(x) dx
+# d|x| = sign(x) dx. NOTE: at x = 0 the subgradient taken is +1 (as in JAX), not sign(0) = 0.
+_abs = declare("abs", _same_unary, lambda g, x, out: (where(x >= 0, g, -g),))
 _sign = declare("sign", _numeric_unary, NOT_DIFFERENTIABLE)  # zero almost everywhere
 _exp = declare("exp", _float_unary, lambda g, x, out: (g * out,))  # d e^x = e^x dx
 _log = declare("log", _float_unary, lambda g, x, out: (g / x,))  # d log x = dx / x
