@@ -377,3 +377,12 @@ def test_grad_passes_keyword_arguments_through(backend, rng):
     np.testing.assert_allclose(got, want, rtol=1e-5)
     jitted = run_on(backend, lambda x, w: rm.grad(loss)(x, w=w, square=False), x, w)
     np.testing.assert_allclose(jitted, np.cos(np.asarray(x) * np.asarray(w)) * np.asarray(w), rtol=1e-5)
+
+
+def test_jax_arrays_are_explicit_inputs_like_tensors(rng):
+    import jax.numpy as jnp
+
+    x = jnp.asarray(np.asarray(f32(rng, 3)))
+    graph = rm.make_graph(lambda w: rm.checkpoint(lambda h, k: h * w * k, x, 2))(f32(rng, 3))
+    (block,) = blocks(graph)
+    assert block.params["saved"] == (0,) and len(block.inputs) == 2  # x explicit, w captured; 2 passes through

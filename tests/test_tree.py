@@ -57,3 +57,9 @@ def test_wrong_number_of_leaves():
         rm.tree.unflatten(td, [1])
     with pytest.raises(ValueError, match="too many leaves"):
         rm.tree.unflatten(td, [1, 2, 3])
+
+
+def test_partition_picks_leaves_and_rebuilds_around_them():
+    part = rm.tree.partition({"a": 1, "b": ("x", 2.5), "c": None}, lambda x: isinstance(x, (int, float)))
+    assert part.picked == [1, 2.5] and part.positions == (0, 2)
+    assert part.rebuild([10, 20]) == {"a": 10, "b": ("x", 20), "c": None}

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from remat import dtypes, tree
-from remat.errors import DTypeError, ShapeError, source_of
+from remat.errors import DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Var
 from remat.jit import call_traced
 from remat.ops.core import OPS
@@ -88,7 +88,7 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
         out = fn(*tree.unflatten(in_tree, xs))
         return out if has_aux else (out, None)
 
-    traced = trace_function(flat_fn, inputs, name=f"vjp({_name(fn)})")
+    traced = trace_function(flat_fn, inputs, name=f"vjp({callable_name(fn)})")
     graph, trace = traced.graph, current_trace()
     # The graph sees vectorized axes as plain leading axes; so does the replay.
     env = replay(graph, [x._raw() for x in inputs] + [Tensor._traced(trace, v) for v in traced.captured])
@@ -127,10 +127,6 @@ def _eager_vjp(fn, primals, has_aux):
         out, aux = result
         return out, vjp_fn, aux
     return result, vjp_fn
-
-
-def _name(fn) -> str:
-    return getattr(fn, "__name__", type(fn).__name__)
 
 
 def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False):

@@ -19,10 +19,20 @@ from collections.abc import Callable
 import numpy as np
 
 from remat import dtypes, policies, tree
+from remat.errors import callable_name
 from remat.graph import Graph, Var
 from remat.ops.core import Aval, declare
 from remat.ops.identity import barrier
-from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like, new_trace, trace_function
+from remat.trace import (
+    Tensor,
+    asarray,
+    bind,
+    current_trace,
+    is_array,
+    is_tensor_like,
+    new_trace,
+    trace_function,
+)
 
 
 def _checkpoint_rule(*avals, body: Graph, saved: tuple[int, ...], policy, num_residuals=0) -> list[Aval]:
@@ -79,10 +89,6 @@ def _replay(body: Graph, inputs, known: dict[Var, Tensor]) -> dict[Var, Tensor]:
 _checkpoint = declare("checkpoint", _checkpoint_rule, _checkpoint_vjp, multiple_results=True)
 
 
-def _is_input(leaf) -> bool:
-    return isinstance(leaf, (Tensor, np.ndarray))
-
-
 def checkpoint(fn: Callable, *inputs, policy=None):
     """Run `fn(*inputs)` as a checkpoint block: its gradient recomputes the body instead of
     keeping its intermediate values. Tensors `fn` reads from enclosing scope are captured.
@@ -99,24 +105,20 @@ def checkpoint(fn: Callable, *inputs, policy=None):
     _check_arity(fn, inputs)
     if current_trace() is None:
         return fn(*inputs)
-    leaves, in_tree = tree.flatten(inputs)
-    positions = [i for i, x in enumerate(leaves) if _is_input(x)]
-    explicit = [asarray(leaves[i]) for i in positions]
+    arrays = tree.partition(inputs, is_array)  # the explicit inputs; other leaves pass through
+    explicit = [asarray(x) for x in arrays.picked]
 
     def body(*xs):
-        merged = list(leaves)
-        for i, x in zip(positions, xs):
-            merged[i] = x
-        out = fn(*tree.unflatten(in_tree, merged))
+        out = fn(*arrays.rebuild(xs))
         for leaf in tree.leaves(out):
             if not is_tensor_like(leaf):
                 raise TypeError(
-                    f"checkpoint: the body {_name(fn)} returned a {type(leaf).__name__}; "
+                    f"checkpoint: the body {callable_name(fn)} returned a {type(leaf).__name__}; "
                     "a checkpoint body must return a pytree of tensors"
                 )
         return out
 
-    traced = trace_function(body, explicit, name=f"checkpoint({_name(fn)})")
+    traced = trace_function(body, explicit, name=f"checkpoint({callable_name(fn)})")
     trace = current_trace()
     captured = [Tensor._traced(trace, v) for v in traced.captured]
     n = len(explicit)
@@ -196,10 +198,4 @@ def _check_arity(fn: Callable, inputs: tuple) -> None:
     try:
         sig.bind(*inputs)
     except TypeError as e:
-        raise TypeError(f"checkpoint: {_name(fn)} cannot be called with {len(inputs)} inputs: {e}") from None
-
-
-def _name(fn) -> str:
-    if isinstance(fn, functools.partial):
-        return _name(fn.func)
-    return getattr(fn, "__name__", type(fn).__name__)
+        raise TypeError(f"checkpoint: {callable_name(fn)} cannot be called with {len(inputs)} inputs: {e}") from None

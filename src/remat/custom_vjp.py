@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat import dtypes, tree
-from remat.errors import ShapeError
+from remat.errors import ShapeError, callable_name
 from remat.graph import Graph
 from remat.ops.core import Aval, declare
 from remat.ops.reduce import sum as _sum
-from remat.trace import Tensor, asarray, bind, current_trace, trace_function
+from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_function
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Rule:
     out_vaxes: tuple  # the body outputs' vectorized axes (outputs, then residuals)
 
     def __str__(self) -> str:
-        return _name(self.bwd)
+        return callable_name(self.bwd)
 
 
 def _custom_vjp_rule(*avals, body: Graph, num_residuals: int, bwd: Rule) -> list[Aval]:
@@ -75,7 +75,7 @@ def _call_bwd(rule: Rule, inputs, out, gs, n_out: int) -> list[Tensor | None]:
     gs = [Tensor._concrete(np.zeros(o._full_shape, o.dtype)) if g is None else g for g, o in zip(gs[:n_out], out)]
     g = tree.unflatten(rule.out_tree, [g._relabel(v) for g, v in zip(gs, vax)])
     answer = rule.bwd(tree.unflatten(rule.res_tree, res), g)
-    where = f"custom_vjp: the bwd rule {_name(rule.bwd)} of {rule.fn_name}"
+    where = f"custom_vjp: the bwd rule {callable_name(rule.bwd)} of {rule.fn_name}"
     if not isinstance(answer, (tuple, list)) or len(answer) != len(rule.arg_trees):
         got = f"{len(answer)} cotangents" if isinstance(answer, (tuple, list)) else f"a {type(answer).__name__}"
         raise TypeError(f"{where} returned {got}; it must return a tuple of one cotangent per positional "
@@ -142,55 +142,44 @@ class custom_vjp:
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         if not callable(fwd) or not callable(bwd):
-            raise TypeError(f"custom_vjp: defvjp of {_name(self.fn)} takes two callables, fwd and bwd")
+            raise TypeError(f"custom_vjp: defvjp of {callable_name(self.fn)} takes two callables, fwd and bwd")
         self.fwd, self.bwd = fwd, bwd
 
     def __call__(self, *args):
         if self.fwd is None or self.bwd is None:
-            raise TypeError(f"custom_vjp: {_name(self.fn)} has no VJP; call "
-                            f"{_name(self.fn)}.defvjp(fwd, bwd) before calling it")
+            raise TypeError(f"custom_vjp: {callable_name(self.fn)} has no VJP; call "
+                            f"{callable_name(self.fn)}.defvjp(fwd, bwd) before calling it")
         if current_trace() is None:
             return self.fn(*args)
         return self._bind(args)
 
     def _bind(self, args: tuple):
-        leaves, _ = tree.flatten(args)
-        positions = tuple(i for i, x in enumerate(leaves) if isinstance(x, (Tensor, np.ndarray)))
-        inputs = [asarray(leaves[i]) for i in positions]
-        traced = trace_function(self._forward(args, positions), inputs, name=f"custom_vjp({_name(self.fn)})")
+        arrays = tree.partition(args, is_array)  # other leaves are fixed values: no cotangent
+        inputs = [asarray(x) for x in arrays.picked]
+        traced = trace_function(self._forward(arrays), inputs, name=f"custom_vjp({callable_name(self.fn)})")
         if traced.captured:
             v = traced.captured[0]
             raise TypeError(
-                f"custom_vjp: fwd {_name(self.fwd)} of {_name(self.fn)} reads a traced tensor of shape "
+                f"custom_vjp: fwd {callable_name(self.fwd)} of {callable_name(self.fn)} reads a traced tensor of shape "
                 f"{v.shape} from an enclosing scope; its gradient would be lost: pass it to "
-                f"{_name(self.fn)} as an argument instead"
+                f"{callable_name(self.fn)} as an argument instead"
             )
         out_tree, res_tree = traced.out_tree.children
-        rule = Rule(_name(self.fn), self.bwd, tuple(tree.flatten(a)[1] for a in args), positions,
+        rule = Rule(callable_name(self.fn), self.bwd, tuple(tree.flatten(a)[1] for a in args), arrays.positions,
                     tuple(x._vaxes for x in inputs), out_tree, res_tree, tuple(traced.out_vaxes))
         outs = bind(_custom_vjp, *[x._raw() for x in inputs], body=traced.graph,
                     num_residuals=res_tree.num_leaves, bwd=rule)
         n_out = out_tree.num_leaves
         return tree.unflatten(out_tree, [o._relabel(v) for o, v in zip(outs[:n_out], traced.out_vaxes)])
 
-    def _forward(self, args: tuple, positions: tuple) -> Callable:
+    def _forward(self, arrays: tree.Partition) -> Callable:
         """`fwd` as a function of the input leaves, returning the pair `(out, residuals)`."""
-        leaves, in_tree = tree.flatten(args)
 
         def forward(*xs):
-            merged = list(leaves)
-            for i, x in zip(positions, xs):
-                merged[i] = x
-            pair = self.fwd(*tree.unflatten(in_tree, merged))
+            pair = self.fwd(*arrays.rebuild(xs))
             if not isinstance(pair, tuple) or len(pair) != 2:
-                raise TypeError(f"custom_vjp: fwd {_name(self.fwd)} of {_name(self.fn)} must return a pair "
-                                f"(output, residuals), got {type(pair).__name__}")
+                raise TypeError(f"custom_vjp: fwd {callable_name(self.fwd)} of {callable_name(self.fn)} "
+                                f"must return a pair (output, residuals), got {type(pair).__name__}")
             return pair
 
         return forward
-
-
-def _name(fn) -> str:
-    if isinstance(fn, functools.partial):
-        return _name(fn.func)
-    return getattr(fn, "__name__", type(fn).__name__)

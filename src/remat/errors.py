@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -58,6 +59,13 @@ def user_source() -> str | None:
             return f"{os.path.basename(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None
+
+
+def callable_name(fn) -> str:
+    """How messages and trace names call a user's callable (partials by their function)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", type(fn).__name__)
 
 
 def at_source(source: str | None) -> str:

@@ -9,12 +9,14 @@ from typing import Any
 import numpy as np
 
 from remat import backends, tree
+from remat.errors import callable_name
 from remat.trace import (
     Tensor,
     Traced,
     asarray,
     check_argument_leaf,
     current_trace,
+    is_array,
     is_device_array,
     trace_function,
 )
@@ -133,18 +135,9 @@ def call_traced(fn: Callable, args: tuple):
     """Run `fn(*args)` as one traced program on the NumPy evaluator, so that transformations
     called outside `jit` (an eager `grad`) free buffers and recompute checkpoints as in `jit`.
     Tensor and array leaves of `args` become inputs; other leaves are passed as they are."""
-    leaves, treedef = tree.flatten(args)
-    dynamic = [i for i, x in enumerate(leaves) if isinstance(x, (Tensor, np.ndarray))]
-
-    def inner(*xs):
-        merged = list(leaves)
-        for i, x in zip(dynamic, xs):
-            merged[i] = x
-        return fn(*tree.unflatten(treedef, merged))
-
-    name = getattr(fn, "__name__", "fn")
-    traced = trace_function(inner, [leaves[i] for i in dynamic], name=name)
-    outs = backends.get("numpy").compile(traced.graph)(*[np.asarray(leaves[i]) for i in dynamic])
+    arrays = tree.partition(args, is_array)
+    traced = trace_function(lambda *xs: fn(*arrays.rebuild(xs)), arrays.picked, name=callable_name(fn))
+    outs = backends.get("numpy").compile(traced.graph)(*[np.asarray(x) for x in arrays.picked])
     return traced.wrap_outputs([Tensor._concrete(o) for o in outs])
 
 

@@ -364,6 +364,12 @@ def is_tensor_like(x) -> bool:
     return isinstance(x, (Tensor, np.ndarray, int, float, bool, np.number, np.bool_)) or is_device_array(x)
 
 
+def is_array(x) -> bool:
+    """A tensor or an array (NumPy or JAX): what a transformation takes as a traced input when
+    other leaves (Python numbers, strings, None) pass through unchanged."""
+    return isinstance(x, (Tensor, np.ndarray)) or is_device_array(x)
+
+
 def is_device_array(x) -> bool:
     """A JAX array (the XLA backend's values). If JAX isn't loaded, `x` can't be one."""
     jax = sys.modules.get("jax")

@@ -117,6 +117,29 @@ def _unflatten(td: TreeDef, it) -> Any:
     return cls(**dict(zip(names, kids)))
 
 
+class Partition(NamedTuple):
+    """The leaves of a tree that a predicate picked (`picked`, found at `positions` among all
+    its leaves), and the way back: `rebuild(new)` is the tree with `new` in their places."""
+
+    picked: list
+    positions: tuple[int, ...]
+    flat: list
+    treedef: TreeDef
+
+    def rebuild(self, new) -> Any:
+        merged = list(self.flat)
+        for i, x in zip(self.positions, new):
+            merged[i] = x
+        return unflatten(self.treedef, merged)
+
+
+def partition(tree, keep) -> Partition:
+    """Split `tree`'s leaves into those `keep` picks and the rest, which stay as they are."""
+    flat, treedef = flatten(tree)
+    positions = tuple(i for i, x in enumerate(flat) if keep(x))
+    return Partition([flat[i] for i in positions], positions, flat, treedef)
+
+
 def leaves(tree) -> list:
     return flatten(tree)[0]
 
