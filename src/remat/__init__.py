@@ -12,7 +12,16 @@ from remat.autodiff import grad, value_and_grad, vjp
 from remat.checkpoint import checkpoint, remat
 from remat.custom_vjp import custom_vjp
 from remat.dtypes import bool_, float32, float64, int32, int64
-from remat.errors import DTypeError, RematError, ShapeError, TracerError
+from remat.errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
+    DTypeError,
+    IndexOutOfRange,
+    RematError,
+    ShapeError,
+    TracerError,
+    ValueOverflow,
+)
 from remat.graph import Graph, Node, Var
 from remat.jit import jit
 from remat.ops import (

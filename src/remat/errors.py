@@ -31,6 +31,22 @@ class TracerError(RematError, TypeError):
     """A traced tensor used where only a concrete value will do, or after its trace ended."""
 
 
+class ArgumentTypeError(RematError, TypeError):
+    """An argument of a remat function of the wrong type (`axis=1.5`, `jit(42)`)."""
+
+
+class ArgumentValueError(RematError, ValueError):
+    """An argument of a remat function with a value it cannot take (an axis out of range)."""
+
+
+class IndexOutOfRange(RematError, IndexError):
+    """A concrete index outside the axis it indexes."""
+
+
+class ValueOverflow(RematError, OverflowError):
+    """A Python number that the requested (or default) dtype cannot hold exactly."""
+
+
 _SOURCE_OVERRIDE: list[str | None] = []
 
 
