@@ -1,25 +1,35 @@
 """Gathering and scattering along one axis (`take`, `index_add`), and `x[index]` built from them
-and the slicing ops."""
+and the slicing ops.
+
+Out-of-range indices, one rule on every backend: an index known when tracing (a Python int, a
+list, a NumPy array, a concrete tensor) must lie in `[-n, n)` for an axis of size `n`, else
+`IndexOutOfRange`. A traced index is only known when the program runs, so it cannot raise: a
+negative entry counts from the end, as in NumPy, and an entry still outside `[0, n)` reads (and,
+in the gradient, writes) the nearest end, as JAX's `x.at[i].get(mode="clip")`.
+"""
 
 from __future__ import annotations
 
+import math
 import numbers
 from builtins import slice as builtin_slice
 
 import numpy as np
 
 from remat import dtypes
-from remat.errors import DTypeError, ShapeError
+from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, IndexOutOfRange, ShapeError
+from remat.ops.axes import axis_index, static_int
 from remat.ops.core import Aval, declare
-from remat.ops.reduce import normalize_axes
 from remat.ops.shape import flip, permute_dims, reshape, slice
-from remat.trace import Tensor, asarray, bind
+from remat.trace import Tensor, asarray, bind, is_device_array
 
 
 def _take_rule(x: Aval, idx: Aval, *, axis: int) -> Aval:
-    normalize_axes(axis, x.ndim)
+    axis_index("", axis, x.ndim)
     if not dtypes.is_int(idx.dtype):
         raise DTypeError(f"indices must be integers, got {idx.dtype}")
+    if x.shape[axis] == 0 and math.prod(idx.shape):
+        raise ShapeError(f"cannot take from axis {axis} of {x.shape}: it is empty")
     return Aval(x.shape[:axis] + idx.shape + x.shape[axis + 1 :], x.dtype)
 
 
@@ -31,7 +41,8 @@ def _index_add_rule(x: Aval, idx: Aval, upd: Aval, *, axis: int) -> Aval:
 
 
 def _take_vjp(g, x, idx, out, *, axis):
-    # Gathering copies x[idx]; its transpose adds each cotangent back where it came from.
+    # Gathering copies x[idx]; its transpose adds each cotangent back where it came from. Both
+    # backends clamp an index the same way in take and index_add, so that is where it was read.
     from remat.ops.creation import zeros
 
     return bind(_index_add, zeros(x.shape, g.dtype), idx, g, axis=axis), None
@@ -39,7 +50,7 @@ def _take_vjp(g, x, idx, out, *, axis):
 
 def _index_add_vjp(g, x, idx, upd, out, *, axis):
     # out = x + scatter(upd): x gets g unchanged, the updates read g where they were added.
-    return g, None, take(g, idx, axis=axis)
+    return g, None, bind(_take, g, idx, axis=axis)
 
 
 _take = declare("take", _take_rule, _take_vjp)
@@ -48,45 +59,78 @@ _index_add = declare("index_add", _index_add_rule, _index_add_vjp)
 
 def take(x, indices, axis: int | None = None) -> Tensor:
     """Elements of `x` at integer `indices` along `axis` (of the flattened `x` if None).
-    Negative indices count from the end.
+    Negative indices count from the end. Indices known when tracing must lie in `[-n, n)`
+    (`IndexOutOfRange` otherwise); traced indices outside it are clamped to the nearest end,
+    as `jnp.take(x, i, mode="clip")` after NumPy's wrap of negatives, on every backend, and
+    the gradient goes to the element read.
 
     >>> import remat as rm
-    >>> rm.take(rm.asarray([10.0, 20.0, 30.0]), rm.asarray([2, 0]))
+    >>> rm.take(rm.asarray([10.0, 20.0, 30.0]), rm.asarray([2, -3]))
     Tensor([30., 10.], dtype=float32)
     """
     x, idx = asarray(x), asarray(indices)
     if axis is None:
-        x, axis = reshape(x, (-1,)), 0
-    (axis,) = normalize_axes(axis, x.ndim)
+        x = reshape(x, (-1,))
+        check_in_range("take", idx, x.shape[0], "the flattened tensor")
+        return bind(_take, x, idx, axis=0)
+    axis = axis_index("take", axis, x.ndim)
+    check_in_range("take", idx, x.shape[axis], f"axis {axis}")
     return bind(_take, x, idx, axis=axis)
 
 
 def index_add(x, indices, updates, axis: int = 0) -> Tensor:
-    """`x` with `updates` added at `indices` along `axis`; repeated indices accumulate."""
+    """`x` with `updates` added at `indices` along `axis`; repeated indices accumulate. Indices
+    follow `take`'s rule: concrete ones must be in range, traced ones are clamped.
+
+    >>> import remat as rm
+    >>> rm.index_add(rm.zeros((3,)), rm.asarray([0, 0, -1]), rm.ones((3,)))
+    Tensor([2., 0., 1.], dtype=float32)
+    """
     x, idx, upd = asarray(x), asarray(indices), asarray(updates)
-    (axis,) = normalize_axes(axis, x.ndim)
+    axis = axis_index("index_add", axis, x.ndim)
+    check_in_range("index_add", idx, x.shape[axis], f"axis {axis}")
     return bind(_index_add, x, idx, upd.astype(x.dtype), axis=axis)
 
 
-def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
-    if sum(i is Ellipsis for i in index) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
+def check_in_range(fn: str, idx: Tensor, n: int, axis: str) -> None:
+    """IndexOutOfRange if `idx` is known now and has an entry outside [-n, n)."""
+    if not idx.is_concrete or not dtypes.is_int(idx.dtype):
+        return  # traced indices are clamped when run; the shape rule rejects non-integers
+    values = np.asarray(idx._value)
+    bad = (values < -n) | (values >= n)
+    if bad.any():
+        raise IndexOutOfRange(f"{fn}: index {values[bad].flat[0]} is out of bounds for {axis} with size {n}")
+
+
+def _expand_ellipsis(index: tuple, shape: tuple[int, ...]) -> tuple:
+    ellipses = sum(i is Ellipsis for i in index)
+    if ellipses > 1:
+        raise ArgumentValueError(f"getitem: an index can have one ellipsis ('...'), got {ellipses}")
     used = sum(1 for i in index if i is not None and i is not Ellipsis)
-    if used > ndim:
-        raise IndexError(f"too many indices ({used}) for a {ndim}-d tensor")
+    if used > len(shape):
+        raise IndexOutOfRange(f"getitem: too many indices ({used}) for a tensor of shape {shape}")
     # Found by identity: `in` and `.index` would compare tensors and arrays with `==`.
     at = next((k for k, i in enumerate(index) if i is Ellipsis), None)
     if at is None:
-        return index + (builtin_slice(None),) * (ndim - used)
-    return index[:at] + (builtin_slice(None),) * (ndim - used) + index[at + 1 :]
-
-
+        return index + (builtin_slice(None),) * (len(shape) - used)
+    return index[:at] + (builtin_slice(None),) * (len(shape) - used) + index[at + 1 :]
 
 
 def getitem(x, index) -> Tensor:
-    """`x[index]` for ints, slices (any step), None, `...` and one integer tensor or array."""
+    """`x[index]` for ints, slices (any step), None, `...` and one integer tensor or array.
+
+    Ints and integer arrays known when tracing must lie in `[-n, n)` for an axis of size `n`
+    (`IndexOutOfRange` otherwise). A traced integer tensor is read as `take` reads it: negative
+    entries count from the end, entries still out of range are clamped to the nearest end, the
+    same on every backend, and the gradient goes to the element read (JAX's
+    `x.at[i].get(mode="clip")`).
+
+    >>> import remat as rm
+    >>> rm.arange(5)[rm.asarray([-1, 1])]
+    Tensor([4, 1], dtype=int32)
+    """
     x = asarray(x)
-    index = _expand_ellipsis(index if isinstance(index, tuple) else (index,), x.ndim)
+    index = _expand_ellipsis(index if isinstance(index, tuple) else (index,), x.shape)
     start, stop, step, flips = [], [], [], []
     final: list[int] = []
     tensor_axis, tensor_index, tensor_at = None, None, 0
@@ -98,8 +142,7 @@ def getitem(x, index) -> Tensor:
             continue
         n = x.shape[axis]
         if isinstance(item, builtin_slice):
-            a, b, s = item.indices(n)
-            m = len(range(a, b, s))
+            a, b, s, m = _slice_item(item, n)
             if s < 0 and m:
                 a, b, s = a + (m - 1) * s, a + 1, -s
                 flips.append(axis)
@@ -108,27 +151,21 @@ def getitem(x, index) -> Tensor:
             start.append(a), stop.append(b), step.append(s)
             final.append(m)
         elif _is_int(item):
-            i = int(item)
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
-            i %= n
+            i = _int_item(item, axis, n)
             start.append(i), stop.append(i + 1), step.append(1)
             advanced.append(pos)
         else:
-            idx = asarray(item)
-            if not dtypes.is_int(idx.dtype):
-                raise IndexError(f"tensor indices must be integers, got {idx.dtype}")
             if tensor_index is not None:
-                raise IndexError("only one integer-tensor index is supported; use take() per axis")
-            tensor_axis, tensor_index, tensor_at = axis, idx, len(final)
+                raise ArgumentValueError("getitem: only one integer-tensor index is supported; use take() per axis")
+            tensor_axis, tensor_index, tensor_at = axis, _tensor_item(item, axis, n), len(final)
             start.append(0), stop.append(n), step.append(1)
-            final.extend(idx.shape)
+            final.extend(tensor_index.shape)
             advanced.append(pos)
         axis += 1
     out = slice(x, start, stop, step)
     out = flip(out, tuple(flips)) if flips else out
     if tensor_index is not None:
-        out = take(out, tensor_index, axis=tensor_axis)
+        out = bind(_take, out, tensor_index, axis=tensor_axis)
     out = reshape(out, tuple(final))
     if tensor_index is not None and advanced[-1] - advanced[0] >= len(advanced):
         # As in NumPy: ints and the tensor not side by side put the tensor's axes first.
@@ -136,6 +173,41 @@ def getitem(x, index) -> Tensor:
         rest = [d for d in range(len(final)) if not tensor_at <= d < tensor_at + k]
         out = permute_dims(out, tuple(range(tensor_at, tensor_at + k)) + tuple(rest))
     return out
+
+
+def _slice_item(item: builtin_slice, n: int) -> tuple[int, int, int, int]:
+    """start, stop, step and length of `item` on an axis of size `n`."""
+    given = (item.start, item.stop, item.step)
+    bounds = [None if b is None else static_int("getitem", b, "a slice bound") for b in given]
+    if bounds[2] == 0:
+        raise ArgumentValueError(f"getitem: slice step cannot be zero, got {item!r}")
+    a, b, s = builtin_slice(*bounds).indices(n)
+    return a, b, s, len(range(a, b, s))
+
+
+def _int_item(item, axis: int, n: int) -> int:
+    i = int(item)
+    if not -n <= i < n:
+        raise IndexOutOfRange(f"getitem: index {i} is out of bounds for axis {axis} with size {n}")
+    return i % n
+
+
+def _tensor_item(item, axis: int, n: int) -> Tensor:
+    if not isinstance(item, (Tensor, np.ndarray, np.generic, list)) and not is_device_array(item):
+        raise ArgumentTypeError(
+            f"getitem: index {item!r} ({type(item).__name__}) is not an int, a slice, None, ... or an "
+            "integer tensor"
+        )
+    idx = asarray(item)
+    if idx.dtype == dtypes.bool_:
+        raise DTypeError(
+            "getitem: boolean masks are not supported as indices (the result's shape would depend on "
+            "the values); use rm.where(mask, x, 0) instead"
+        )
+    if not dtypes.is_int(idx.dtype):
+        raise DTypeError(f"getitem: tensor indices must be integers, got {idx.dtype}")
+    check_in_range("getitem", idx, n, f"axis {axis}")
+    return idx
 
 
 def _is_int(item) -> bool:
@@ -146,3 +218,7 @@ def _is_int(item) -> bool:
     return isinstance(item, (np.ndarray, Tensor)) and item.ndim == 0 and dtypes.is_int(item.dtype) and (
         not isinstance(item, Tensor) or item.is_concrete
     )
+
+
+# `x[index]` is this function; `help(Tensor.__getitem__)` should state its rule too.
+Tensor.__getitem__.__doc__ = getitem.__doc__

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 from remat import dtypes
-from remat.errors import DTypeError, ShapeError
+from remat.errors import ArgumentValueError, DTypeError, ShapeError
+from remat.ops.axes import axis_index, listed, static_int
 from remat.ops.core import Aval, declare
 from remat.ops.elementwise import broadcast_shapes, promote, unbroadcast
-from remat.ops.reduce import normalize_axes
 from remat.ops.shape import expand_dims, matrix_transpose, permute_dims, reshape, squeeze
 from remat.trace import Tensor, bind
 
@@ -54,17 +54,16 @@ def matmul(a, b) -> Tensor:
 
 def tensordot(a, b, axes=2) -> Tensor:
     """Sum of products over `axes`: an int n (the last n of `a` with the first n of `b`) or a
-    pair of axis sequences. Composed from permute_dims, reshape and matmul."""
+    pair of axis sequences (negative axes count from the end). Composed from permute_dims,
+    reshape and matmul.
+
+    >>> import remat as rm
+    >>> rm.tensordot(rm.ones((2, 3)), rm.ones((3, 4)), ([1], [0])).shape
+    (2, 4)
+    """
     a, b = promote(a, b)
-    if isinstance(axes, int):
-        axes_a, axes_b = tuple(range(a.ndim - axes, a.ndim)), tuple(range(axes))
-    else:
-        axes_a, axes_b = (tuple([x] if isinstance(x, int) else x) for x in axes)
-    axes_a = tuple(a_ % max(a.ndim, 1) for a_ in axes_a)
-    axes_b = tuple(b_ % max(b.ndim, 1) for b_ in axes_b)
-    normalize_axes(axes_a, a.ndim)
-    normalize_axes(axes_b, b.ndim)
-    if len(axes_a) != len(axes_b) or any(a.shape[i] != b.shape[j] for i, j in zip(axes_a, axes_b)):
+    axes_a, axes_b = _contracted(a.shape, b.shape, axes)
+    if any(a.shape[i] != b.shape[j] for i, j in zip(axes_a, axes_b)):
         raise ShapeError(f"tensordot: axes {axes_a} of {a.shape} and {axes_b} of {b.shape} differ in size")
     free_a = tuple(i for i in range(a.ndim) if i not in axes_a)
     free_b = tuple(i for i in range(b.ndim) if i not in axes_b)
@@ -73,3 +72,35 @@ def tensordot(a, b, axes=2) -> Tensor:
     b2 = reshape(permute_dims(b, axes_b + free_b), (k, math.prod(b.shape[i] for i in free_b)))
     out = bind(_matmul, a2, b2)
     return reshape(out, tuple(a.shape[i] for i in free_a) + tuple(b.shape[i] for i in free_b))
+
+
+def _contracted(sa: tuple[int, ...], sb: tuple[int, ...], axes) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The axes of `a` and of `b` that `tensordot(a, b, axes)` sums over, non-negative."""
+    pair = listed("tensordot", axes, "axes")
+    if pair is None:
+        n = static_int("tensordot", axes, "axes", "an int or a pair of axis sequences")
+        if not 0 <= n <= min(len(sa), len(sb)):
+            raise ArgumentValueError(
+                f"tensordot: axes {n} must be from 0 to {min(len(sa), len(sb))}, the smaller rank of "
+                f"the operands {sa} and {sb}"
+            )
+        return tuple(range(len(sa) - n, len(sa))), tuple(range(n))
+    if len(pair) != 2:
+        raise ArgumentValueError(f"tensordot: axes {axes!r} must be an int or a pair (axes of a, axes of b)")
+    axes_a = _operand_axes(pair[0], sa, axes)
+    axes_b = _operand_axes(pair[1], sb, axes)
+    if len(axes_a) != len(axes_b):
+        raise ArgumentValueError(
+            f"tensordot: axes {axes!r} pairs {len(axes_a)} axes of a {sa} with {len(axes_b)} of b {sb}; "
+            "give as many of each"
+        )
+    return axes_a, axes_b
+
+
+def _operand_axes(given, shape: tuple[int, ...], written) -> tuple[int, ...]:
+    entries = listed("tensordot", given, "axes")
+    entries = [given] if entries is None else entries
+    out = tuple(axis_index("tensordot", a, len(shape), "axes", written) for a in entries)
+    if len(set(out)) != len(out):
+        raise ArgumentValueError(f"tensordot: axes {written!r} names an axis of the {shape} operand twice")
+    return out

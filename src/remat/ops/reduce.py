@@ -5,27 +5,11 @@ The primitives drop the reduced axes; `keepdims` is a reshape in the front end.
 
 from __future__ import annotations
 
-import builtins
-
 from remat import dtypes
-from remat.errors import DTypeError, ShapeError
+from remat.errors import ArgumentTypeError, DTypeError, ShapeError
+from remat.ops.axes import axis_index, listed, normalize_axes
 from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.trace import Tensor, asarray, bind
-
-
-def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
-    """`axis` (None, an int or a sequence) as sorted non-negative ints; ShapeError if out of range."""
-    if axis is None:
-        return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    out = []
-    for a in axes:
-        if not -ndim <= a < builtins.max(ndim, 1):
-            raise ShapeError(f"axis {a} is out of range for a {ndim}-d tensor")
-        out.append(a % builtins.max(ndim, 1))
-    if len(set(out)) != len(out):
-        raise ShapeError(f"repeated axis in {axes}")
-    return tuple(sorted(out))
 
 
 def _reduce_rule(x: Aval, *, axes: tuple[int, ...]) -> Aval:
@@ -94,7 +78,7 @@ def _reduction(op, x, axis, keepdims) -> Tensor:
     from remat.ops.shape import reshape
 
     x = asarray(x)
-    axes = normalize_axes(axis, x.ndim)
+    axes = normalize_axes(axis, x.ndim, op.name)
     out = bind(op, x, axes=axes)
     return reshape(out, kept_shape(x.shape, axes)) if keepdims else out
 
@@ -142,7 +126,7 @@ def mean(x, axis=None, keepdims: bool = False) -> Tensor:
     x = asarray(x)
     if not dtypes.is_float(x.dtype):
         x = x.astype(dtypes.DEFAULT_FLOAT)
-    axes = normalize_axes(axis, x.ndim)
+    axes = normalize_axes(axis, x.ndim, "mean")
     count = 1
     for a in axes:
         count *= x.shape[a]
@@ -158,7 +142,9 @@ def _arg(op, x, axis, keepdims) -> Tensor:
     if axis is None:
         out = bind(op, reshape(x, (-1,)), axis=0)
         return reshape(out, (1,) * x.ndim) if keepdims else out
-    (a,) = normalize_axes(axis, x.ndim)
+    if listed(op.name, axis, "axis") is not None:  # NumPy reduces over one axis only here
+        raise ArgumentTypeError(f"{op.name}: axis must be an int or None, got {axis!r}")
+    a = axis_index(op.name, axis, x.ndim)
     out = bind(op, x, axis=a)
     return reshape(out, kept_shape(x.shape, (a,))) if keepdims else out
 

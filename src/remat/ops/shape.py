@@ -6,10 +6,19 @@ from __future__ import annotations
 import builtins
 import math
 
-from remat.errors import ShapeError
+from remat.errors import ArgumentValueError, ShapeError
+from remat.ops.axes import (
+    axis_index,
+    check_rank,
+    int_tuple,
+    listed,
+    normalize_axes,
+    ordered_axes,
+    permutation,
+    shape_tuple,
+)
 from remat.ops.core import Aval, declare
 from remat.ops.elementwise import broadcast_shapes, unbroadcast
-from remat.ops.reduce import normalize_axes
 from remat.trace import Tensor, asarray, bind
 
 # ---------------------------------------------------------------- rules
@@ -125,32 +134,41 @@ _flip = declare("flip", _flip_rule, lambda g, x, out, axes: (flip(g, axes),))  #
 # ---------------------------------------------------------------- front end
 
 
-def _shape_tuple(shape) -> tuple[int, ...]:
-    if isinstance(shape, int):
-        return (shape,)
-    return tuple(int(n) for n in shape)
-
-
 def reshape(x, shape) -> Tensor:
-    """`x` with a new shape of the same size; one entry may be -1."""
+    """`x` with a new shape of the same size; one entry may be -1 (inferred from the others).
+
+    >>> import remat as rm
+    >>> rm.reshape(rm.arange(6), (-1, 3)).shape
+    (2, 3)
+    """
     x = asarray(x)
-    shape = _shape_tuple(shape)
-    if shape.count(-1) > 1:
-        raise ShapeError(f"reshape: only one -1 allowed in {shape}")
-    if -1 in shape:
-        known = math.prod(n for n in shape if n != -1)
-        if known == 0 or x.size % known:
-            raise ShapeError(f"reshape: cannot reshape {x.shape} to {shape}")
-        shape = tuple(x.size // known if n == -1 else n for n in shape)
+    wanted = shape_tuple("reshape", shape, inferred=True)
+    shape = _inferred(x.shape, wanted)
+    if math.prod(shape) != x.size:
+        raise ShapeError(f"reshape: cannot reshape {x.shape} ({x.size} elements) to {wanted}")
     if shape == x.shape:
         return x
     return bind(_reshape, x, shape=shape)
 
 
+def _inferred(have: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` with its -1 replaced by the size that makes it hold `have`'s elements."""
+    if -1 not in shape:
+        return shape
+    known = math.prod(n for n in shape if n != -1)
+    if known == 0 or math.prod(have) % known:
+        raise ShapeError(f"reshape: cannot reshape {have} ({math.prod(have)} elements) to {shape}")
+    return tuple(math.prod(have) // known if n == -1 else n for n in shape)
+
+
 def permute_dims(x, axes) -> Tensor:
-    """`x` with its axes reordered: output axis i is input axis `axes[i]`."""
-    x = asarray(x)
-    axes = tuple(a % builtins.max(x.ndim, 1) for a in axes)
+    """`x` with its axes reordered: output axis i is input axis `axes[i]` (negative axes count
+    from the end)."""
+    return _permuted("permute_dims", asarray(x), axes)
+
+
+def _permuted(fn: str, x: Tensor, axes) -> Tensor:
+    axes = permutation(fn, axes, x.shape)
     if axes == tuple(range(x.ndim)):
         return x
     return bind(_permute, x, axes=axes)
@@ -159,12 +177,14 @@ def permute_dims(x, axes) -> Tensor:
 def transpose(x, axes=None) -> Tensor:
     """Reverse the axes (or reorder them as `axes`), as `np.transpose`."""
     x = asarray(x)
-    return permute_dims(x, tuple(reversed(range(x.ndim))) if axes is None else axes)
+    return _permuted("transpose", x, tuple(reversed(range(x.ndim))) if axes is None else axes)
 
 
 def matrix_transpose(x) -> Tensor:
     """Swap the last two axes."""
     x = asarray(x)
+    if x.ndim < 2:
+        raise ShapeError(f"matrix_transpose: needs a tensor of at least 2 axes, got shape {x.shape}")
     axes = list(range(x.ndim))
     axes[-2:] = axes[:-3:-1]
     return permute_dims(x, axes)
@@ -173,18 +193,23 @@ def matrix_transpose(x) -> Tensor:
 def broadcast_to(x, shape) -> Tensor:
     """`x` repeated along new leading axes and stretched along axes of size 1."""
     x = asarray(x)
-    shape = _shape_tuple(shape)
+    shape = shape_tuple("broadcast_to", shape)
     if shape == x.shape:
         return x
     return bind(_broadcast, x, shape=shape)
 
 
 def expand_dims(x, axis) -> Tensor:
-    """`x` with new axes of size 1 inserted at `axis` (an int or a tuple)."""
-    x = asarray(x)
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    ndim = x.ndim + len(axes)
-    axes = normalize_axes(axes, ndim)
+    """`x` with new axes of size 1 inserted at `axis` (an int or a tuple), each counted in the
+    result: `expand_dims(x, -1)` adds a last axis."""
+    return _expanded("expand_dims", asarray(x), axis)
+
+
+def _expanded(fn: str, x: Tensor, axis) -> Tensor:
+    entries = listed(fn, axis, "axis")
+    ndim = x.ndim + (1 if entries is None else len(entries))
+    check_rank(fn, ndim, "the result")
+    axes = normalize_axes(axis, ndim, fn)
     dims = iter(x.shape)
     return reshape(x, tuple(1 if i in axes else next(dims) for i in range(ndim)))
 
@@ -195,7 +220,7 @@ def squeeze(x, axis=None) -> Tensor:
     if axis is None:
         axes = tuple(i for i, n in enumerate(x.shape) if n == 1)
     else:
-        axes = normalize_axes(axis, x.ndim)
+        axes = ordered_axes("squeeze", axis, x.ndim)
     for a in axes:
         if x.shape[a] != 1:
             raise ShapeError(f"squeeze: axis {a} of {x.shape} has size {x.shape[a]}, not 1")
@@ -206,30 +231,37 @@ def concat(xs, axis: int = 0) -> Tensor:
     """Join tensors along an existing axis."""
     from remat.ops.elementwise import promote
 
-    xs = promote(*xs)
-    if not xs:
-        raise ShapeError("concat: needs at least one tensor")
+    xs = promote(*_nonempty("concat", xs))
     if xs[0].ndim == 0:
         raise ShapeError("concat: cannot join 0-d tensors; use stack")
-    (axis,) = normalize_axes(axis, xs[0].ndim)
+    axis = axis_index("concat", axis, xs[0].ndim)
     if len(xs) == 1:
         return xs[0]
     return bind(_concat, *xs, axis=axis)
 
 
 def stack(xs, axis: int = 0) -> Tensor:
-    """Join tensors of one shape along a new axis."""
-    xs = [asarray(x) for x in xs]
+    """Join tensors of one shape along a new axis (`axis` counts in the result)."""
+    xs = [asarray(x) for x in _nonempty("stack", xs)]
+    for x in xs:
+        if x.shape != xs[0].shape:
+            raise ShapeError(f"stack: tensors must share one shape, got {xs[0].shape} and {x.shape}")
+    axis = axis_index("stack", axis, xs[0].ndim + 1)
+    return concat([_expanded("stack", x, axis) for x in xs], axis=axis)
+
+
+def _nonempty(fn: str, xs) -> list:
+    xs = list(xs)
     if not xs:
-        raise ShapeError("stack: needs at least one tensor")
-    return concat([expand_dims(x, axis) for x in xs], axis=axis)
+        raise ArgumentValueError(f"{fn}: needs at least one tensor, got an empty sequence")
+    return xs
 
 
 def slice(x, start, stop, step=None) -> Tensor:
     """Elements `start[i]:stop[i]:step[i]` along every axis (non-negative, in range, step >= 1)."""
     x = asarray(x)
-    step = step or (1,) * x.ndim
-    start, stop, step = _shape_tuple(start), _shape_tuple(stop), _shape_tuple(step)
+    step = (1,) * x.ndim if step is None else step
+    start, stop, step = (int_tuple("slice", v, n) for v, n in ((start, "start"), (stop, "stop"), (step, "step")))
     if start == (0,) * x.ndim and stop == x.shape and step == (1,) * x.ndim:
         return x
     return bind(_slice, x, start=start, stop=stop, step=step)
@@ -248,8 +280,8 @@ def slice_axis(x, axis: int, start: int, stop: int, step: int = 1) -> Tensor:
 def pad(x, lo, hi, interior=None) -> Tensor:
     """`x` with zeros added: `lo[i]` before, `hi[i]` after and `interior[i]` between elements."""
     x = asarray(x)
-    interior = interior or (0,) * x.ndim
-    lo, hi, interior = _shape_tuple(lo), _shape_tuple(hi), _shape_tuple(interior)
+    interior = (0,) * x.ndim if interior is None else interior
+    lo, hi, interior = (int_tuple("pad", v, n) for v, n in ((lo, "lo"), (hi, "hi"), (interior, "interior")))
     if not builtins.any((*lo, *hi, *interior)):
         return x
     return bind(_pad, x, lo=lo, hi=hi, interior=interior)
@@ -258,7 +290,7 @@ def pad(x, lo, hi, interior=None) -> Tensor:
 def flip(x, axis=None) -> Tensor:
     """`x` with the order of elements reversed along `axis` (all axes if None)."""
     x = asarray(x)
-    axes = normalize_axes(axis, x.ndim)
+    axes = normalize_axes(axis, x.ndim, "flip")
     if not axes:
         return x
     return bind(_flip, x, axes=axes)
