@@ -4,9 +4,13 @@ a recomputed dropout mask equals the original.
 
 Numbers are computed inside the graph by a counter-based hash (Threefry-2x32, the generator of
 JAX and Random123), so keys are ordinary tensors: pass them to `jit` and `grad` as arguments,
-split and index them inside traced code. Uniform numbers (and so `bernoulli` and `dropout`) are
-identical to the bit on both backends; `normal` applies `log` and `cos`, whose last bit NumPy and
-XLA may round differently.
+split and index them inside traced code. Uniform numbers in [0, 1) (and so `bernoulli` and
+`dropout`) and normal numbers are identical to the bit on both backends: `normal` computes its
+logarithm and cosine in exact integer arithmetic (remat/backends/box_muller.py), as no float
+formula can promise that (XLA fuses multiplications into additions, NumPy does not). Uniform
+numbers scaled to other bounds are `minval + u * (maxval - minval)`, which XLA may compute with
+one rounding where NumPy takes two: they can differ in the last bit unless the product is exact
+(as it is when `maxval - minval` is a power of two).
 
 >>> import numpy as np, remat as rm
 >>> step = rm.jit(lambda k: rm.random.uniform(k, (3,)))
@@ -17,15 +21,14 @@ True
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from remat import dtypes
-from remat.errors import DTypeError, ShapeError
+from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError
+from remat.ops.axes import shape_tuple
 from remat.ops.creation import arange
-from remat.ops.elementwise import add, astype, cos, less, log1p, multiply, negative, sqrt, subtract
-from remat.ops.random_bits import random_fold_in, random_uniform
+from remat.ops.elementwise import add, astype, less, multiply, negative, subtract
+from remat.ops.random_bits import random_fold_in, random_normal, random_uniform
 from remat.ops.shape import stack
 from remat.trace import Tensor, asarray
 
@@ -46,7 +49,7 @@ def key(seed) -> Tensor:
     if isinstance(seed, Tensor) and seed.shape == () and dtypes.is_int(seed.dtype):
         seed = seed.item()
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"random.key: the seed must be an int, got {_describe(seed)}")
+        raise ArgumentTypeError(f"random.key: the seed must be an int, got {_describe(seed)}")
     seed = int(seed) % 2**64
     words = np.array([seed >> 32, seed & 0xFFFFFFFF], np.uint32)
     return asarray(words.view(np.int32))
@@ -61,8 +64,10 @@ def split(key: Tensor, n: int = 2) -> Tensor:
     >>> keys.shape, keys[0].shape
     ((3, 2), (2,))
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"random.split: n must be a non-negative int, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise ArgumentTypeError(f"random.split: n must be a non-negative int, got {n!r} ({type(n).__name__})")
+    if n < 0:
+        raise ArgumentValueError(f"random.split: n must be a non-negative int, got {n!r}")
     return random_fold_in(_key(key, "split"), arange(int(n), dtype=dtypes.int32))
 
 
@@ -86,7 +91,8 @@ def fold_in(key: Tensor, data) -> Tensor:
 
 def uniform(key: Tensor, shape=(), dtype=dtypes.float32, minval=0.0, maxval=1.0) -> Tensor:
     """Uniform numbers in [minval, maxval) of `shape` and float `dtype`. In [0, 1) they are
-    multiples of 2**-24 (float32) or 2**-53 (float64); the scaled ones may round to `maxval`.
+    multiples of 2**-24 (float32) or 2**-53 (float64); the scaled ones, `minval + u * (maxval -
+    minval)` computed in `dtype` (Python bounds converted to it exactly), may round to `maxval`.
 
     >>> import numpy as np, remat as rm
     >>> u = np.asarray(rm.random.uniform(rm.random.key(0), (1000,), minval=-2.0, maxval=2.0))
@@ -102,17 +108,18 @@ def uniform(key: Tensor, shape=(), dtype=dtypes.float32, minval=0.0, maxval=1.0)
 
 
 def normal(key: Tensor, shape=(), dtype=dtypes.float32) -> Tensor:
-    """Standard normal numbers of `shape` and float `dtype` (Box–Muller on two uniforms).
+    """Standard normal numbers of `shape` and float `dtype`: Box–Muller,
+    `sqrt(-2 ln(1 - u1)) cos(2π u2)` on the two uniforms `uniform(key, (2,) + shape, dtype)`
+    would draw, within 2 ulp of that formula and the same to the bit on both backends. The
+    uniforms are multiples of 2**-24 (float32) or 2**-53 (float64), so |z| <= 5.8 (float32) or
+    8.6 (float64).
 
     >>> import remat as rm
     >>> rm.random.normal(rm.random.key(0), (2, 3), "float64").dtype
     dtype('float64')
     """
     dtype = _float_dtype(dtype, "normal")
-    u = random_uniform(_key(key, "normal"), (2,) + _shape(shape, "normal"), dtype)
-    # 1 - u lies in (0, 1], so the log is finite: |z| <= sqrt(2 * 24 ln 2) = 5.8 in float32.
-    radius = sqrt(multiply(log1p(negative(u[0])), -2.0))
-    return multiply(radius, cos(multiply(u[1], 2.0 * math.pi)))
+    return random_normal(_key(key, "normal"), _shape(shape, "normal"), dtype)
 
 
 def bernoulli(key: Tensor, p=0.5, shape=None) -> Tensor:
@@ -148,7 +155,7 @@ def _key(key, what: str) -> Tensor:
 
 def _traced_key(seed: Tensor) -> Tensor:
     if seed.shape != () or seed.dtype != dtypes.int32:
-        raise TypeError(
+        raise DTypeError(
             f"random.key: a traced seed must be an int32 tensor of shape (), got {seed.shape} "
             f"{seed.dtype}; pass a Python int, or an int32 scalar"
         )
@@ -163,7 +170,7 @@ def _describe(x) -> str:
 
 
 def _float_dtype(dtype, what: str) -> np.dtype:
-    dtype = dtypes.canonical(dtype)
+    dtype = dtypes.canonical(dtype, f"random.{what}")
     if not dtypes.is_float(dtype):
         raise DTypeError(f"random.{what}: dtype must be a float dtype, got {dtype}")
     return dtype
@@ -174,7 +181,4 @@ def _is_number(x, value) -> bool:
 
 
 def _shape(shape, what: str) -> tuple[int, ...]:
-    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
-    if any(n < 0 for n in shape):
-        raise ShapeError(f"random.{what}: shape {shape} has a negative size")
-    return shape
+    return shape_tuple(f"random.{what}", shape)  # ints, never truncated floats: (1.5,) is an error

@@ -1,70 +1,127 @@
 """Tensors made from nothing: zeros, ones, full, arange, eye and the *_like forms.
 
-They are concrete; used inside a trace they become constants of the graph.
+They are concrete; used inside a trace they become constants of the graph. Their values follow
+the rules of remat/values.py: Python numbers take int32 or float32 unless `dtype` says otherwise,
+and a value the dtype cannot hold is a ValueOverflow, never a wrapped integer or an infinity.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from remat import dtypes
+from remat import dtypes, values
+from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError, ValueOverflow
+from remat.ops.axes import shape_tuple, static_int
 from remat.trace import Tensor, asarray
 
 
-def _dtype(dtype, fill=0.0) -> np.dtype:
-    if dtype is None:
-        return dtypes.scalar_dtype(fill)
-    return dtypes.canonical(dtype)
-
-
 def full(shape, fill_value, dtype=None) -> Tensor:
-    """A tensor of `shape` filled with `fill_value` (float32 for Python floats).
+    """A tensor of `shape` filled with `fill_value` (float32 for Python floats, int32 for ints).
 
     >>> import remat as rm
     >>> rm.full((2,), 7)
     Tensor([7, 7], dtype=int32)
+    >>> rm.full((2,), 2**40, "int64")
+    Tensor([1099511627776, 1099511627776], dtype=int64)
     """
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    shape = shape_tuple("full", shape)
     if isinstance(fill_value, Tensor):
         from remat.ops.shape import broadcast_to
 
         return broadcast_to(asarray(fill_value, dtype), shape)
-    return asarray(np.full(shape, fill_value, _dtype(dtype, fill_value)))
+    value = values.array(fill_value, dtype, "full")
+    try:
+        return _tensor(np.full(shape, value, value.dtype))
+    except ValueError:
+        raise ShapeError(f"full: a fill_value of shape {value.shape} does not broadcast to shape {shape}") from None
 
 
 def zeros(shape, dtype=None) -> Tensor:
     """A tensor of zeros (float32 unless `dtype` says otherwise)."""
-    return full(shape, 0.0 if dtype is None else 0, dtype)
+    return _filled("zeros", shape, 0, dtype)
 
 
 def ones(shape, dtype=None) -> Tensor:
     """A tensor of ones (float32 unless `dtype` says otherwise)."""
-    return full(shape, 1.0 if dtype is None else 1, dtype)
+    return _filled("ones", shape, 1, dtype)
+
+
+def _filled(what: str, shape, value: int, dtype) -> Tensor:
+    dtype = dtypes.DEFAULT_FLOAT if dtype is None else dtypes.canonical(dtype, what)
+    return _tensor(np.full(shape_tuple(what, shape), value, dtype))
 
 
 def zeros_like(x, dtype=None) -> Tensor:
     """Zeros with the shape, vectorized axes and (unless given) dtype of `x`."""
-    return _filled_like(x, 0, dtype)
+    return _filled_like("zeros_like", x, 0, dtype)
 
 
 def ones_like(x, dtype=None) -> Tensor:
     """Ones with the shape, vectorized axes and (unless given) dtype of `x`."""
-    return _filled_like(x, 1, dtype)
+    return _filled_like("ones_like", x, 1, dtype)
 
 
-def _filled_like(x, value, dtype) -> Tensor:
+def _filled_like(what: str, x, value: int, dtype) -> Tensor:
     x = asarray(x)
-    return full(x._full_shape, value, dtype or x.dtype)._relabel(x.vectorized_axes)
+    dtype = x.dtype if dtype is None else dtypes.canonical(dtype, what)
+    return _tensor(np.full(x._full_shape, value, dtype))._relabel(x.vectorized_axes)
 
 
 def arange(start, stop=None, step=1, dtype=None) -> Tensor:
-    """Evenly spaced values in [start, stop), as `np.arange` (int32 or float32 by default)."""
+    """Evenly spaced values in [start, stop), as `np.arange`: int32 when the bounds and step are
+    ints, float32 otherwise, unless `dtype` says. The values are computed in 64 bits and must
+    fit the dtype: `arange(2**31, 2**31 + 3)` needs `dtype="int64"`.
+
+    >>> import remat as rm
+    >>> rm.arange(3)
+    Tensor([0, 1, 2], dtype=int32)
+    >>> rm.arange(2**31, 2**31 + 2, dtype="int64")
+    Tensor([2147483648, 2147483649], dtype=int64)
+    """
     if stop is None:
         start, stop = 0, start
-    values = np.arange(start, stop, step)
-    return asarray(values.astype(_dtype(dtype, values.dtype.type(0).item())))
+    start, stop, step = (_number("arange", v, name) for v, name in ((start, "start"), (stop, "stop"), (step, "step")))
+    if step == 0:
+        raise ArgumentValueError("arange: step must not be 0")
+    for v in (start, stop, step):
+        if isinstance(v, int) and not -(2**63) <= v < 2**63:
+            raise ValueOverflow(f"arange: the Python int {v!r} does not fit int64, the widest integer dtype")
+    try:
+        a = np.arange(start, stop, step)
+    except (ValueError, MemoryError):
+        raise ArgumentValueError(f"arange: {start!r} to {stop!r} by {step!r} is too many values") from None
+    target = values.default_dtype(a) if dtype is None else dtypes.canonical(dtype, "arange")
+    return _tensor(values.convert(a, target, "arange"))
 
 
 def eye(n: int, m: int | None = None, k: int = 0, dtype=None) -> Tensor:
-    """An `n` x `m` matrix with ones on diagonal `k`."""
-    return asarray(np.eye(n, m, k, dtype=_dtype(dtype)))
+    """An `n` x `m` matrix (`m` defaults to `n`) with ones on diagonal `k`.
+
+    >>> import remat as rm
+    >>> rm.eye(2)
+    Tensor([[1., 0.],
+            [0., 1.]], dtype=float32)
+    """
+    n, k = static_int("eye", n, "n"), static_int("eye", k, "k")
+    m = n if m is None else static_int("eye", m, "m")
+    if n < 0 or m < 0:
+        raise ArgumentValueError(f"eye: the size {(n, m)} has a negative entry")
+    dtype = dtypes.DEFAULT_FLOAT if dtype is None else dtypes.canonical(dtype, "eye")
+    return _tensor(np.eye(n, m, k, dtype=dtype))
+
+
+def _tensor(a: np.ndarray) -> Tensor:
+    """A new array as a tensor, read-only as tensor values are (a trace takes it uncopied)."""
+    a.flags.writeable = False
+    return asarray(a)
+
+
+def _number(what: str, value, name: str):
+    """A real Python number (a concrete 0-d tensor gives its value)."""
+    if isinstance(value, Tensor):
+        value = value._concrete_value(f"{what}'s {name}").item() if value.ndim == 0 else value
+    if isinstance(value, (np.integer, np.floating)):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentTypeError(f"{what}: {name} must be a number, got {value!r:.60} ({type(value).__name__})")
+    return value

@@ -10,7 +10,7 @@ import builtins
 
 import numpy as np
 
-from remat import dtypes
+from remat import dtypes, values
 from remat.errors import DTypeError, ShapeError
 from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.trace import Tensor, asarray, bind
@@ -196,8 +196,10 @@ def _operand(x) -> Tensor | object:
     return asarray(x)
 
 
-def promote(*args) -> list[Tensor]:
-    """Bring tensors and weak Python scalars to one dtype."""
+def promote(*args, what: str = "promote") -> list[Tensor]:
+    """Bring tensors and weak Python scalars to one dtype. A scalar that dtype cannot hold
+    (`int32_tensor + 2**40`, `float32_tensor * 1e300`) is a ValueOverflow of the op `what`, as
+    in JAX: the tensor is not widened to fit it."""
     ops = [_operand(a) for a in args]
     strong = [o.dtype for o in ops if isinstance(o, Tensor)]
     if strong:
@@ -205,9 +207,15 @@ def promote(*args) -> list[Tensor]:
         for o in ops:
             if not isinstance(o, Tensor):
                 dtype = dtypes.weak_result_type(dtype, o)
+        fix = values.CAST_OPERAND
     else:
         dtype = dtypes.result_type(*(dtypes.scalar_dtype(o) for o in ops))
-    return [asarray(o, dtype) if isinstance(o, Tensor) else asarray(np.asarray(o, dtype)) for o in ops]
+        fix = 'make it a tensor first: rm.asarray(..., dtype="{dtype}")'
+    return [asarray(o, dtype) if isinstance(o, Tensor) else _weak(o, dtype, what, fix) for o in ops]
+
+
+def _weak(scalar, dtype: np.dtype, what: str, fix: str) -> Tensor:
+    return Tensor._concrete(values.convert(np.asarray(scalar), dtype, what, fix, python=True))
 
 
 def _to_float(x) -> Tensor:
@@ -226,7 +234,7 @@ def _float_fn(op, name):
 
 def _binary_fn(op, name, to_float=False):
     def fn(x, y) -> Tensor:
-        a, b = promote(x, y)
+        a, b = promote(x, y, what=name)
         if to_float and not dtypes.is_float(a.dtype):
             a, b = a.astype(dtypes.DEFAULT_FLOAT), b.astype(dtypes.DEFAULT_FLOAT)
         return bind(op, a, b)
@@ -311,14 +319,16 @@ def where(condition, x, y) -> Tensor:
     Tensor([1., 0.], dtype=float32)
     """
     c = astype(condition, dtypes.bool_)
-    a, b = promote(x, y)
+    a, b = promote(x, y, what="where")
     return bind(_where, c, a, b)
 
 
 def astype(x, dtype) -> Tensor:
-    """`x` converted to `dtype`."""
+    """`x` converted to `dtype`, as a cast: floats truncate toward zero when made integers, and
+    values out of the target's range are not checked (they cannot be when `x` is traced).
+    `rm.asarray(x, dtype)` checks a concrete `x`'s values."""
     x = asarray(x)
-    dtype = dtypes.canonical(dtype)
+    dtype = dtypes.canonical(dtype, "astype")
     if x.dtype == dtype:
         return x
     return bind(_convert, x, dtype=dtype)

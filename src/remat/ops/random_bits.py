@@ -3,7 +3,7 @@ Threefry-2x32 key), computed inside the graph, so a key may be traced like any o
 a recomputation (a checkpoint's) draws exactly what the forward pass drew. `rm.random` is the
 user API; the hash is in remat/backends/threefry.py, shared by both backends.
 
-Both ops take keys with leading batch axes (`int32[*b, 2]`): that is what a vectorized key lays
+The ops take keys with leading batch axes (`int32[*b, 2]`): that is what a vectorized key lays
 out to, and each key of the batch draws its own numbers.
 """
 
@@ -19,7 +19,7 @@ from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.ops.elementwise import broadcast_shapes
 from remat.trace import Tensor, bind
 
-_MAX_DRAW = 2**32  # one counter word numbers the draws
+_COUNTER_BITS = 32  # one counter word numbers the draws
 
 
 def _check_key(key: Aval) -> None:
@@ -29,13 +29,18 @@ def _check_key(key: Aval) -> None:
         raise ShapeError(f"a key has shape (2,) (or (..., 2) for a batch of keys), got {key.shape}")
 
 
-def _uniform_rule(key: Aval, *, shape: tuple[int, ...], dtype: np.dtype) -> Aval:
-    _check_key(key)
-    if not dtypes.is_float(dtype):
-        raise DTypeError(f"dtype must be a float dtype, got {dtype}")
-    if any(n < 0 for n in shape) or math.prod(shape) >= _MAX_DRAW:
-        raise ShapeError(f"shape {shape} must have non-negative sizes and fewer than 2**32 elements")
-    return Aval(key.shape[:-1] + tuple(shape), dtype)
+def _draw_rule(limit_bits: int):
+    """The shape rule of an op drawing numbers from fewer than 2**limit_bits counters."""
+
+    def rule(key: Aval, *, shape: tuple[int, ...], dtype: np.dtype) -> Aval:
+        _check_key(key)
+        if dtype not in (dtypes.float32, dtypes.float64):
+            raise DTypeError(f"dtype must be a float dtype, got {dtype}")
+        if any(n < 0 for n in shape) or math.prod(shape) >= 2**limit_bits:
+            raise ShapeError(f"shape {shape} must have non-negative sizes and fewer than 2**{limit_bits} elements")
+        return Aval(key.shape[:-1] + tuple(shape), dtype)
+
+    return rule
 
 
 def _fold_in_rule(key: Aval, data: Aval) -> Aval:
@@ -47,7 +52,11 @@ def _fold_in_rule(key: Aval, data: Aval) -> Aval:
 
 # Floats in [0, 1) of shape `key.shape[:-1] + shape`: exact multiples of 2**-24 (float32) or
 # 2**-53 (float64). Numbers, not functions of anything differentiable: no gradient.
-_uniform = declare("random_uniform", _uniform_rule, NOT_DIFFERENTIABLE)
+_uniform = declare("random_uniform", _draw_rule(_COUNTER_BITS), NOT_DIFFERENTIABLE)
+
+# Standard normals of shape `key.shape[:-1] + shape`: Box–Muller on the uniforms' integers of
+# shape (2,) + shape, in exact integer arithmetic, so that both backends give the same bits.
+_normal = declare("random_normal", _draw_rule(_COUNTER_BITS - 1), NOT_DIFFERENTIABLE)  # two words a number
 
 # New keys `[broadcast(key.shape[:-1], data.shape), 2]`, one per data entry.
 _fold_in = declare("random_fold_in", _fold_in_rule, NOT_DIFFERENTIABLE)
@@ -56,6 +65,11 @@ _fold_in = declare("random_fold_in", _fold_in_rule, NOT_DIFFERENTIABLE)
 def random_uniform(key: Tensor, shape: tuple[int, ...], dtype) -> Tensor:
     """Uniform floats in [0, 1) of `shape` from an int32 key (see rm.random.uniform)."""
     return bind(_uniform, key, shape=tuple(int(n) for n in shape), dtype=np.dtype(dtype))
+
+
+def random_normal(key: Tensor, shape: tuple[int, ...], dtype) -> Tensor:
+    """Standard normal floats of `shape` from an int32 key (see rm.random.normal)."""
+    return bind(_normal, key, shape=tuple(int(n) for n in shape), dtype=np.dtype(dtype))
 
 
 def random_fold_in(key: Tensor, data: Tensor) -> Tensor:
