@@ -1,9 +1,17 @@
 """rm.jit, rm.make_graph, tracing contexts and their errors."""
 
+import gc
+import sys
+import threading
+import time
+
 import numpy as np
 import pytest
 
 import remat as rm
+
+X = rm.asarray([1.0, 2.0])
+Y = rm.asarray([3.0, 4.0])
 
 
 def test_one_trace_per_signature():
@@ -232,3 +240,160 @@ def test_static_argnames_make_keyword_arguments_python_values():
     assert calls == [True, False]
     with pytest.raises(TypeError, match=r"rm\.where"):  # not static: traced, and `if` cannot use it
         rm.jit(f)(x, training=True)
+
+
+# ---------------------------------------------------------------- compiled programs
+
+
+def test_compiled_program_rejects_another_signature(backend):
+    jf = rm.jit(lambda x, s=None: x * 2.0 if s is None else x * s, backend=backend)
+    compiled = jf.lower(rm.ones((3,))).compile()
+    np.testing.assert_allclose(compiled(rm.asarray([1.0, 2.0, 3.0])), [2.0, 4.0, 6.0])
+    np.testing.assert_allclose(compiled(np.ones(3, np.float32)), [2.0] * 3)
+    cases = [
+        ((rm.ones((5,)),), {}, r"\(f32\[5\]\)"),
+        ((rm.ones((3,), "float64"),), {}, r"\(f64\[3\]\)"),
+        ((rm.ones((3,)), rm.ones((3,))), {}, r"\(f32\[3\], f32\[3\]\)"),
+        ((), {}, r"\(\)"),
+        ((rm.ones((3,)),), {"s": rm.ones(())}, r"\(f32\[3\], s=f32\[\]\)"),
+        (((rm.ones((3,)),),), {}, r"\(\(f32\[3\],\)\)"),
+        (("x",), {}, r"\(str\)"),
+    ]
+    takes = r"jit\(<lambda>\): the compiled program takes \(f32\[3\]\) but was called with "
+    for args, kwargs, got in cases:
+        with pytest.raises(rm.ArgumentTypeError, match=takes + got):
+            compiled(*args, **kwargs)
+
+
+def test_compiled_program_with_static_and_keyword_arguments(backend):
+    jf = rm.jit(lambda x, n, *, scale: x * float(n) * scale, static_argnums=1, backend=backend)
+    compiled = jf.lower(X, 3, scale=rm.asarray(2.0)).compile()
+    np.testing.assert_allclose(compiled(Y, scale=rm.asarray(1.0)), [9.0, 12.0])
+    with pytest.raises(rm.ArgumentTypeError, match=r"takes \(f32\[2\], scale=f32\[\]\) but was called with \("
+                                                   r"f32\[2\], i32\[\], scale=f32\[\]\) \(static arguments were fixed"):
+        compiled(Y, 3, scale=rm.asarray(1.0))
+
+
+# ---------------------------------------------------------------- the jit cache
+
+
+def test_the_cache_is_bounded_least_recently_used_first():
+    jf = rm.jit(lambda x: x + 1.0)
+    assert jf.cache_size == 64
+    for n in range(1, 66):  # 65 signatures: the first is evicted
+        jf(rm.ones((n,)))
+    assert jf.trace_count == 65
+    jf(rm.ones((65,)))
+    assert jf.trace_count == 65
+    jf(rm.ones((1,)))
+    assert jf.trace_count == 66
+
+    small = rm.jit(lambda x: x + 1.0)
+    small.cache_size = 2
+    a, b, c = rm.ones((1,)), rm.ones((2,)), rm.ones((3,))
+    small(a), small(b), small(a)  # a is now the most recently used
+    small(c)  # evicts b
+    small(a)
+    assert small.trace_count == 3
+    np.testing.assert_allclose(small(b), [2.0, 2.0])
+    assert small.trace_count == 4
+
+
+def test_clear_cache_and_clear_caches():
+    f, g = rm.jit(lambda x: x * 2.0), rm.jit(lambda x: x * 3.0, backend="xla")
+    f(X), g(X)
+    f.clear_cache()
+    f(X), g(X)
+    assert (f.trace_count, g.trace_count) == (2, 1)
+    rm.clear_caches()
+    np.testing.assert_allclose(f(X), [2.0, 4.0])
+    np.testing.assert_allclose(g(X), [3.0, 6.0])
+    assert (f.trace_count, g.trace_count) == (3, 2)
+
+
+def test_no_output_is_kept_alive_after_a_call(backend):
+    # The NumPy evaluator's Memory (kept as `last_memory`) held every output's buffer.
+    jf = rm.jit(lambda x: (x * 2.0, rm.sin(x)), backend=backend)
+    for _ in range(2):  # cold, then warm
+        a, b = jf(rm.ones((1000,)))
+        values = a._value, b._value
+        del a, b
+        gc.collect()
+        assert [sys.getrefcount(v) for v in values] == [3, 3]  # the tuple, and getrefcount's argument
+        del values
+    compiled = jf.lower(rm.ones((4,))).compile()
+    out = compiled(rm.ones((4,)))[0]
+    value = out._value
+    del out
+    gc.collect()
+    assert sys.getrefcount(value) == 2
+    if backend == "numpy":
+        assert compiled.last_memory.peak > 0  # the counts outlive the buffers
+
+
+def test_numpy_outputs_are_freed_when_the_user_drops_them():
+    import tracemalloc
+
+    jf = rm.jit(lambda x: rm.exp(x) + 1.0)
+    x = rm.ones((1 << 20,))  # 4 MiB per buffer
+    jf(x)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        out = jf(x)
+        held = tracemalloc.get_traced_memory()[0] - before
+        del out
+        after = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held >= 4 << 20
+    assert after < 64 << 10
+
+
+@pytest.mark.parametrize("n_signatures", [1, 3])
+def test_concurrent_cold_calls_trace_each_signature_once(backend, n_signatures):
+    traced = []
+
+    def f(x):
+        traced.append(x.shape)
+        time.sleep(0.05)  # hold the trace open so the other threads arrive while it runs
+        return x * 2.0
+
+    jf = rm.jit(f, backend=backend)
+    n_threads = 8
+    inputs = [rm.asarray(np.full(1 + i % n_signatures, i, np.float32)) for i in range(n_threads)]
+    barrier, results, errors = threading.Barrier(n_threads), [None] * n_threads, []
+
+    def worker(i):
+        try:
+            barrier.wait()
+            results[i] = np.asarray(jf(inputs[i]))
+        except BaseException as e:  # re-raised below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    assert jf.trace_count == n_signatures and len(traced) == n_signatures
+    for i, r in enumerate(results):
+        np.testing.assert_array_equal(r, np.full(1 + i % n_signatures, 2.0 * i, np.float32))
+
+
+def test_a_failed_fill_lets_the_next_call_trace_again():
+    attempts = []
+
+    def f(x):
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ValueError("first trace fails")
+        return x + 1.0
+
+    jf = rm.jit(f)
+    with pytest.raises(ValueError, match="first trace fails"):
+        jf(X)
+    np.testing.assert_allclose(jf(X), [2.0, 3.0])
+    assert jf.trace_count == 2

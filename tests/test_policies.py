@@ -168,6 +168,7 @@ def test_gradients_are_identical_under_every_policy(backend, args, policy):
 
 
 @pytest.mark.parametrize("policy", POLICIES[2:], ids=lambda p: getattr(p, "__name__", str(p)))
+@pytest.mark.filterwarnings("ignore::remat.policies.UnusedNameWarning")  # the names are four_named's
 def test_grad_of_grad_under_a_policy(rng, policy):
     x, w = f32(rng, 3, 4), f32(rng, 4, 4)
 

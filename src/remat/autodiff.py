@@ -7,12 +7,13 @@ itself a traced program of differentiable ops, which is all higher order needs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 
-from remat import dtypes, tree
-from remat.errors import DTypeError, ShapeError, callable_name, source_of
+from remat import argcheck, dtypes, tree
+from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Var
 from remat.jit import call_traced
 from remat.ops.core import OPS
@@ -75,6 +76,7 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
     >>> back(rm.asarray(1.0))
     (Tensor(1., dtype=float32),)
     """
+    argcheck.check_callable(fn, "vjp")
     if current_trace() is None:
         return _eager_vjp(fn, primals, has_aux)
     flat, in_tree = tree.flatten(primals)
@@ -86,7 +88,7 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
 
     def flat_fn(*xs):
         out = fn(*tree.unflatten(in_tree, xs))
-        return out if has_aux else (out, None)
+        return check_aux_pair(out, "vjp", fn) if has_aux else (out, None)
 
     traced = trace_function(flat_fn, inputs, name=f"vjp({callable_name(fn)})")
     graph, trace = traced.graph, current_trace()
@@ -99,7 +101,7 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
     def vjp_fn(cotangent):
         ct_leaves, ct_tree = tree.flatten(cotangent)
         if ct_tree != primal_tree:
-            raise TypeError(f"vjp: cotangent structure {ct_tree!r} differs from the output's {primal_tree!r}")
+            raise ArgumentTypeError(f"vjp: cotangent structure {ct_tree!r} differs from the output's {primal_tree!r}")
         cts = [align_to(asarray(c), v)._raw() for c, v in zip(ct_leaves, traced.out_vaxes)]
         grads = backward_pass(graph, env, cts + [None] * (len(graph.outputs) - n_primal))[: len(inputs)]
         grads = [_zeros_like(x) if g is None else g._relabel(x._vaxes) for g, x in zip(grads, inputs)]
@@ -131,42 +133,47 @@ def _eager_vjp(fn, primals, has_aux):
 
 def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False):
     """A function returning `(fn(*args), gradient)`; the gradient has the structure of the
-    arguments named by `argnums`. `fn` must return a float scalar (with `has_aux`, a pair
-    `(scalar, aux)`, and the value is `(scalar, aux)`).
+    arguments named by `argnums` (negative positions count from the end). `fn` must return a
+    float scalar (with `has_aux`, a pair `(scalar, aux)`, and the value is `(scalar, aux)`).
 
     >>> import remat as rm
     >>> rm.value_and_grad(lambda x: rm.sum(x * x))(rm.asarray([1.0, 2.0]))
     (Tensor(5., dtype=float32), Tensor([2., 4.], dtype=float32))
     """
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    return _value_and_grad(fn, argnums, has_aux, "value_and_grad")
 
+
+def _value_and_grad(fn: Callable, argnums, has_aux: bool, where: str):
+    argcheck.check_callable(fn, where)
+    requested = argcheck.argnums(argnums, where, fn)
+
+    @functools.wraps(fn, updated=())  # the signature stays readable: jit and memory use it
     def wrapped(*args, **kwargs):
         if current_trace() is None:
             return call_traced(lambda args, kwargs: wrapped(*args, **kwargs), (args, kwargs))
-        for i in nums:
-            if i >= len(args):
-                raise TypeError(f"grad: argnums {argnums} but only {len(args)} positional arguments")
+        nums = argcheck.resolve(requested, len(args), where, "argnums", argnums, fn)
         diff = [args[i] for i in nums]
 
         def partial(*xs):
             full = list(args)
             for i, x in zip(nums, xs):
                 full[i] = x
-            return fn(*full, **kwargs)
+            out = fn(*full, **kwargs)
+            return check_aux_pair(out, where, fn) if has_aux else out
 
         def run_vjp(xs):
             result = vjp(partial, *xs, has_aux=has_aux)
             return result if has_aux else (*result, None)
 
         out, back, aux = run_vjp(diff)
-        _check_scalar(out)
+        _check_scalar(out, where, fn)
         if _lacks_output_axes(diff, out):
             # A vectorized output asks for per-entry gradients: give every input the output's
             # vectorized axes it lacks, so entry i of the output only sees entry i of the input.
             diff = tree.map(lambda x: align_to(asarray(x), _axes_for(asarray(x), out)), diff)
             out, back, aux = run_vjp(diff)
         grads = back(Tensor._concrete(np.ones(out._full_shape, out.dtype), out._vaxes))
-        grads = grads[0] if isinstance(argnums, int) else grads
+        grads = grads[0] if argcheck.is_int(argnums) else grads
         return ((out, aux) if has_aux else out), grads
 
     return wrapped
@@ -189,8 +196,9 @@ def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False
     >>> rm.grad(rm.grad(rm.sin))(rm.asarray(0.0))
     Tensor(-0., dtype=float32)
     """
-    vg = value_and_grad(fn, argnums, has_aux)
+    vg = _value_and_grad(fn, argnums, has_aux, "grad")
 
+    @functools.wraps(fn, updated=())
     def wrapped(*args, **kwargs):
         value, g = vg(*args, **kwargs)
         return (g, value[1]) if has_aux else g
@@ -198,10 +206,21 @@ def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False
     return wrapped
 
 
-def _check_scalar(out) -> None:
+def _check_scalar(out, where: str, fn) -> None:
     if not isinstance(out, Tensor) or out.shape != () or not dtypes.is_float(out.dtype):
         desc = f"shape {out.shape} {out.dtype}" if isinstance(out, Tensor) else type(out).__name__
-        raise TypeError(
-            f"grad: the function must return a float scalar tensor, got {desc}; "
+        raise ArgumentTypeError(
+            f"{where}: {callable_name(fn)} must return a float scalar tensor, got {desc}; "
             "use rm.vjp for other outputs"
         )
+
+
+def check_aux_pair(out, where: str, fn):
+    """With `has_aux=True`, `fn` returns `(output, aux)`: anything else is the user's mistake,
+    named here rather than as an unpacking error further on."""
+    if isinstance(out, (tuple, list)) and len(out) == 2:
+        return tuple(out)
+    raise ArgumentTypeError(
+        f"{where}: has_aux=True needs {callable_name(fn)} to return a pair (output, aux), "
+        f"but it returned {argcheck.describe(out)}; return a 2-tuple or drop has_aux"
+    )

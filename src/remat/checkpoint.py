@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 
-from remat import dtypes, policies, tree
-from remat.errors import callable_name
+from remat import argcheck, dtypes, policies, tree
+from remat.errors import ArgumentTypeError, at_source, callable_name, user_source
 from remat.graph import Graph, Var
 from remat.ops.core import Aval, declare
 from remat.ops.identity import barrier
@@ -99,24 +100,16 @@ def checkpoint(fn: Callable, *inputs, policy=None):
     >>> rm.grad(f)(rm.asarray([[0.0]]))
     Tensor([[2.]], dtype=float32)
     """
-    if not callable(fn):
-        raise TypeError(f"checkpoint: expected a callable body, got {type(fn).__name__}")
+    argcheck.check_callable(fn, "checkpoint", "body")
     chooser = policies.resolve(policy)
     _check_arity(fn, inputs)
-    if current_trace() is None:
-        return fn(*inputs)
+    if current_trace() is None:  # nothing to differentiate: just run it, by the same rules
+        return _check_outputs(fn, fn(*inputs))
     arrays = tree.partition(inputs, is_array)  # the explicit inputs; other leaves pass through
     explicit = [asarray(x) for x in arrays.picked]
 
     def body(*xs):
-        out = fn(*arrays.rebuild(xs))
-        for leaf in tree.leaves(out):
-            if not is_tensor_like(leaf):
-                raise TypeError(
-                    f"checkpoint: the body {callable_name(fn)} returned a {type(leaf).__name__}; "
-                    "a checkpoint body must return a pytree of tensors"
-                )
-        return out
+        return _check_outputs(fn, fn(*arrays.rebuild(xs)))
 
     traced = trace_function(body, explicit, name=f"checkpoint({callable_name(fn)})")
     trace = current_trace()
@@ -125,11 +118,38 @@ def checkpoint(fn: Callable, *inputs, policy=None):
     saved = tuple(range(n)) if n else tuple(range(len(captured)))
     raw_inputs = [e._raw() for e in explicit] + captured  # vectorized axes are plain axes in the block
     graph = traced.graph
+    _warn_unknown_names(chooser, graph)
     residuals = _choose_residuals(graph, chooser)
     extra = {"num_residuals": len(residuals)} if residuals else {}  # absent when 0: graphs print short
     graph = Graph(graph.inputs, graph.outputs + residuals, graph.nodes, graph.constants)
     outs = bind(_checkpoint, *raw_inputs, body=graph, saved=saved, policy=policy, **extra)
     return traced.wrap_outputs(list(outs[: len(traced.out_vaxes)]))
+
+
+def _check_outputs(fn: Callable, out):
+    for leaf in tree.leaves(out):
+        if not is_tensor_like(leaf):
+            raise ArgumentTypeError(
+                f"checkpoint: the body {callable_name(fn)} returned a {type(leaf).__name__}; "
+                "a checkpoint body must return a pytree of tensors"
+            )
+    return out
+
+
+def _warn_unknown_names(policy, body: Graph) -> None:
+    """A policy naming values that the body never names (a typo, or a name given in another
+    block) saves nothing it was meant to, or everything: say so rather than run silently."""
+    if not isinstance(policy, (policies.SaveOnlyTheseNames, policies.SaveAnyNamesButThese)):
+        return
+    present = sorted({n.params["name"] for n in body.nodes if n.op == "checkpoint_name"})
+    missing = [n for n in policy.names if n not in present]
+    if missing:
+        warnings.warn(policies.UnusedNameWarning(
+            f"checkpoint: policy {policy!r} names {', '.join(map(repr, missing))}, but no value in the "
+            f"checkpoint body has {'that name' if len(missing) == 1 else 'those names'} (names in the body: "
+            f"{', '.join(map(repr, present)) or 'none'}); tag values with rm.checkpoint_name(x, name)"
+            f"{at_source(user_source())}"
+        ), stacklevel=3)
 
 
 def _choose_residuals(body: Graph, policy) -> list[Var]:
@@ -182,6 +202,8 @@ def remat(fn: Callable, policy=None) -> Callable:
     >>> layer(rm.asarray(0.0))
     Tensor(0., dtype=float32)
     """
+    argcheck.check_callable(fn, "remat", "body")
+    policies.resolve(policy, "remat")  # a bad policy fails here, not at the first call
 
     @functools.wraps(fn)
     def wrapped(*args):
@@ -198,4 +220,5 @@ def _check_arity(fn: Callable, inputs: tuple) -> None:
     try:
         sig.bind(*inputs)
     except TypeError as e:
-        raise TypeError(f"checkpoint: {callable_name(fn)} cannot be called with {len(inputs)} inputs: {e}") from None
+        raise ArgumentTypeError(
+            f"checkpoint: {callable_name(fn)} cannot be called with {len(inputs)} inputs: {e}") from None

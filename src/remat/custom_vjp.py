@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from remat import dtypes, tree
-from remat.errors import ShapeError, callable_name
+from remat import argcheck, dtypes, tree
+from remat.errors import ArgumentTypeError, ShapeError, TracerError, callable_name
 from remat.graph import Graph
 from remat.ops.core import Aval, declare
 from remat.ops.reduce import sum as _sum
@@ -78,7 +78,7 @@ def _call_bwd(rule: Rule, inputs, out, gs, n_out: int) -> list[Tensor | None]:
     where = f"custom_vjp: the bwd rule {callable_name(rule.bwd)} of {rule.fn_name}"
     if not isinstance(answer, (tuple, list)) or len(answer) != len(rule.arg_trees):
         got = f"{len(answer)} cotangents" if isinstance(answer, (tuple, list)) else f"a {type(answer).__name__}"
-        raise TypeError(f"{where} returned {got}; it must return a tuple of one cotangent per positional "
+        raise ArgumentTypeError(f"{where} returned {got}; it must return a tuple of one cotangent per positional "
                         f"argument ({len(rule.arg_trees)}), None for a zero one")
     leaves: list = []
     for i, (ct, arg_tree) in enumerate(zip(answer, rule.arg_trees)):
@@ -87,7 +87,7 @@ def _call_bwd(rule: Rule, inputs, out, gs, n_out: int) -> list[Tensor | None]:
             continue
         ct_leaves, ct_tree = tree.flatten(ct)
         if ct_tree != arg_tree:
-            raise TypeError(f"{where} returned a cotangent of structure {ct_tree!r} for argument {i}, "
+            raise ArgumentTypeError(f"{where} returned a cotangent of structure {ct_tree!r} for argument {i}, "
                             f"which has structure {arg_tree!r}")
         leaves += ct_leaves
     picked = [leaves[p] for p in rule.positions]
@@ -133,22 +133,21 @@ class custom_vjp:
     """
 
     def __init__(self, fn: Callable):
-        if not callable(fn):
-            raise TypeError(f"custom_vjp: expected a callable, got {type(fn).__name__}")
+        argcheck.check_callable(fn, "custom_vjp")
         self.fn = fn
         self.fwd: Callable | None = None
         self.bwd: Callable | None = None
-        functools.update_wrapper(self, fn)
+        functools.update_wrapper(self, fn, updated=())  # not fn's __dict__: that would overwrite fwd/bwd
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         if not callable(fwd) or not callable(bwd):
-            raise TypeError(f"custom_vjp: defvjp of {callable_name(self.fn)} takes two callables, fwd and bwd")
+            raise ArgumentTypeError(f"custom_vjp: defvjp of {callable_name(self.fn)} takes two callables, fwd and bwd")
         self.fwd, self.bwd = fwd, bwd
 
     def __call__(self, *args):
         if self.fwd is None or self.bwd is None:
-            raise TypeError(f"custom_vjp: {callable_name(self.fn)} has no VJP; call "
-                            f"{callable_name(self.fn)}.defvjp(fwd, bwd) before calling it")
+            raise ArgumentTypeError(f"custom_vjp: {callable_name(self.fn)} has no VJP; call "
+                                    f"{callable_name(self.fn)}.defvjp(fwd, bwd) before calling it")
         if current_trace() is None:
             return self.fn(*args)
         return self._bind(args)
@@ -159,7 +158,7 @@ class custom_vjp:
         traced = trace_function(self._forward(arrays), inputs, name=f"custom_vjp({callable_name(self.fn)})")
         if traced.captured:
             v = traced.captured[0]
-            raise TypeError(
+            raise TracerError(
                 f"custom_vjp: fwd {callable_name(self.fwd)} of {callable_name(self.fn)} reads a traced tensor of shape "
                 f"{v.shape} from an enclosing scope; its gradient would be lost: pass it to "
                 f"{callable_name(self.fn)} as an argument instead"
@@ -178,7 +177,7 @@ class custom_vjp:
         def forward(*xs):
             pair = self.fwd(*arrays.rebuild(xs))
             if not isinstance(pair, tuple) or len(pair) != 2:
-                raise TypeError(f"custom_vjp: fwd {callable_name(self.fwd)} of {callable_name(self.fn)} "
+                raise ArgumentTypeError(f"custom_vjp: fwd {callable_name(self.fwd)} of {callable_name(self.fn)} "
                                 f"must return a pair (output, residuals), got {type(pair).__name__}")
             return pair
 

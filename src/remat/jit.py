@@ -1,15 +1,28 @@
-"""`rm.jit`: trace once per input signature, hand the Graph to a backend, cache the result."""
+"""`rm.jit`: trace once per input signature, hand the Graph to a backend, cache the result.
+
+Each jitted function keeps its compiled programs in a least-recently-used cache of
+`Jitted.cache_size` entries (64 by default), like `functools.lru_cache`. A training step sees one
+or a few signatures; 64 leaves room for bucketed shapes (sequence lengths, a last short batch)
+while bounding what a program that keeps producing new shapes can hold: an XLA entry costs about
+3 MB of executables, so 64 entries stay under ~200 MB. `Jitted.clear_cache()` empties one cache,
+`rm.clear_caches()` every one. A cache entry holds the program, never a call's arguments or
+outputs.
+"""
 
 from __future__ import annotations
 
+import collections
 import functools
+import inspect
+import threading
+import weakref
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-from remat import backends, tree
-from remat.errors import callable_name
+from remat import argcheck, backends, dtypes, tree
+from remat.errors import ArgumentTypeError, ArgumentValueError, callable_name
+from remat.graph import type_str
 from remat.trace import (
     Tensor,
     Traced,
@@ -18,26 +31,47 @@ from remat.trace import (
     current_trace,
     is_array,
     is_device_array,
+    is_tensor_like,
     trace_function,
 )
 
 
 def _signature(leaves) -> tuple:
-    out = []
-    for x in leaves:
-        check_argument_leaf(x)
-        t = asarray(x)
-        out.append((t.shape, t.dtype, t.vectorized_axes))
-    return tuple(out)
+    return tuple(map(_leaf_signature, leaves))
+
+
+def _leaf_signature(x) -> tuple:
+    """(shape, dtype, vectorized axes) of an argument leaf. An array of a supported dtype is
+    read as it is: making a Tensor of every leaf on every call cost more than XLA's own call."""
+    if (type(x) is np.ndarray or is_device_array(x)) and dtypes.is_supported(x.dtype):
+        return x.shape, x.dtype, ()
+    check_argument_leaf(x)
+    t = asarray(x)
+    return t.shape, t.dtype, t.vectorized_axes
+
+
+def _typed(value):
+    """A static value as a cache key: with its type, so that `1` and `1.0` (equal, and of equal
+    hash) key different programs, as in JAX; inside tuples too."""
+    if type(value) is tuple:
+        return tuple, tuple(_typed(v) for v in value)
+    return type(value), value
 
 
 class Lowered:
-    """A traced and lowered program: `.as_text()` shows it, `.compile()` makes it runnable."""
+    """A traced and lowered program: `.as_text()` shows it, `.compile()` makes it runnable.
+    `in_tree` and `in_signature` are the structure and types of the (non-static) arguments it
+    was traced for."""
 
-    def __init__(self, traced: Traced, backend: str, options: dict):
+    def __init__(self, traced: Traced, backend: str, options: dict, in_tree: tree.TreeDef,
+                 in_signature: tuple, name: str, has_static: bool = False):
         self.traced = traced
         self.graph = traced.graph
         self.backend = backend
+        self.in_tree = in_tree
+        self.in_signature = in_signature
+        self.name = name
+        self.has_static = has_static
         self._program = backends.get(backend).lower(self.graph, **options)
 
     def as_text(self) -> str:
@@ -49,20 +83,78 @@ class Lowered:
 
 
 class Compiled:
-    """A compiled program: call it with arrays shaped like the ones it was lowered for."""
+    """A compiled program: call it with the non-static arguments it was lowered for, of the same
+    structure, shapes and dtypes; anything else is an error naming both signatures."""
 
     def __init__(self, lowered: Lowered):
         self.lowered = lowered
         self._run = lowered._program.compile()
+        self._wrap = lowered.traced.wrap_outputs
 
     @property
     def last_memory(self):
         return getattr(self._run, "last_memory", None)
 
-    def __call__(self, *args):
-        leaves = tree.leaves(args)
+    def __call__(self, *args, **kwargs):
+        leaves, treedef = tree.flatten((args, kwargs))
+        low = self.lowered
+        if treedef != low.in_tree or not _matches(leaves, low.in_signature):
+            expected = _call_text(low.in_tree, [_entry_text(*e) for e in low.in_signature])
+            got = _call_text(treedef, [_leaf_text(x) for x in leaves])
+            hint = " (static arguments were fixed by lower(): leave them out)" if low.has_static else ""
+            raise ArgumentTypeError(
+                f"{low.name}: the compiled program takes {expected} but was called with {got}{hint}; "
+                "lower and compile again for these arguments, or call the jitted function, which "
+                "traces once per signature"
+            )
+        return self.call_flat(leaves)
+
+    def call_flat(self, leaves: list):
+        """Run on argument leaves already known to match the signature (no checks)."""
         outs = self._run(*[_raw(x) for x in leaves])
-        return self.lowered.traced.wrap_outputs([Tensor._concrete(_array(o)) for o in outs])
+        return self._wrap([Tensor._concrete(_array(o)) for o in outs])
+
+
+def _matches(leaves, signature: tuple) -> bool:
+    return all(is_tensor_like(x) for x in leaves) and _signature(leaves) == signature
+
+
+def _entry_text(shape, dtype, vaxes) -> str:
+    text = type_str(shape, dtype)
+    return text + "{" + ",".join(f"{n}:{k}" for n, k in vaxes) + "}" if vaxes else text
+
+
+def _leaf_text(x) -> str:
+    if not is_tensor_like(x):
+        return type(x).__name__
+    t = asarray(x)
+    return _entry_text(t.shape, t.dtype, t.vectorized_axes)
+
+
+def _call_text(treedef: tree.TreeDef, texts: list[str]) -> str:
+    """`(f32[3], (f32[2], f32[2]), scale=f32[])`: the types of a call `f(*args, **kwargs)`,
+    given the structure of `(args, kwargs)` and one text per leaf."""
+    it = iter(texts)
+    args, kwargs = treedef.children
+    parts = [_tree_text(c, it) for c in args.children]
+    parts += [f"{k}={_tree_text(c, it)}" for k, c in zip(kwargs.data, kwargs.children)]
+    return "(" + ", ".join(parts) + ")"
+
+
+def _tree_text(td: tree.TreeDef, it) -> str:
+    if td.kind == "leaf":
+        return next(it)
+    if td.kind == "none":
+        return "None"
+    kids = [_tree_text(c, it) for c in td.children]
+    if td.kind == "tuple":
+        return "(" + ", ".join(kids) + ("," if len(kids) == 1 else "") + ")"
+    if td.kind == "list":
+        return "[" + ", ".join(kids) + "]"
+    if td.kind == "dict":
+        return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(td.data, kids)) + "}"
+    cls = td.data if td.kind == "namedtuple" else td.data[0]
+    return f"{cls.__name__}({', '.join(kids)})"
 
 
 def _array(x):
@@ -77,20 +169,36 @@ def _raw(x):
     return asarray(x)._value
 
 
+_ALL: weakref.WeakSet[Jitted] = weakref.WeakSet()  # every live jitted function, for clear_caches
+_ALL_LOCK = threading.Lock()
+
+
 class Jitted:
-    """The result of `rm.jit(fn)`: call it like `fn`; `.lower(*args)` exposes the program."""
+    """The result of `rm.jit(fn)`: call it like `fn`; `.lower(*args)` exposes the program.
+
+    Compiled programs are cached per signature, the `cache_size` most recently used ones
+    (an LRU; set it on the instance to change it). Concurrent calls are safe: a signature
+    being traced by one thread is waited for by the others, so each is traced once and
+    `trace_count` counts the traces made."""
+
+    cache_size = 64  # see the module docstring for why 64
 
     def __init__(self, fn: Callable, backend: str, static_argnums: tuple[int, ...],
                  static_argnames: tuple[str, ...], options: dict):
-        backends.get(backend)  # fail now on an unknown name
+        backends.get(backend)
         self.fn = fn
         self.backend = backend
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
         self.options = options
-        self._cache: dict[Any, Compiled] = {}
         self.trace_count = 0
-        functools.update_wrapper(self, fn)
+        self._name = f"jit({callable_name(fn)})"
+        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._filling: dict = {}  # key -> (thread id, Event) of a fill in progress
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn, updated=())  # not fn's __dict__: a Jitted fn's cache is its own
+        with _ALL_LOCK:
+            _ALL.add(self)
 
     def _split(self, args, kwargs):
         """(static values, dynamic positional arguments, dynamic keyword arguments)."""
@@ -113,22 +221,92 @@ class Jitted:
         return fn
 
     def lower(self, *args, **kwargs) -> Lowered:
-        static, dynamic, kwargs = self._split(args, kwargs)
-        self.trace_count += 1
-        name = f"jit({getattr(self.fn, '__name__', 'fn')})"
-        traced = trace_function(self._traceable(static), (dynamic, kwargs), name=name)
-        return Lowered(traced, self.backend, self.options)
+        static, dynamic, dynamic_kwargs = self._split(args, kwargs)
+        leaves, treedef = tree.flatten((dynamic, dynamic_kwargs))
+        return self._lower(static, dynamic, dynamic_kwargs, treedef, _signature(leaves))
+
+    def _lower(self, static, dynamic, kwargs, treedef, signature) -> Lowered:
+        with self._lock:
+            self.trace_count += 1
+        traced = trace_function(self._traceable(static), (dynamic, kwargs), name=self._name)
+        return Lowered(traced, self.backend, self.options, treedef, signature, self._name, bool(static))
 
     def __call__(self, *args, **kwargs):
         if current_trace() is not None:  # inside another transformation: inline
             return self.fn(*args, **kwargs)
         static, dynamic, dynamic_kwargs = self._split(args, kwargs)
         leaves, treedef = tree.flatten((dynamic, dynamic_kwargs))
-        key = (treedef, _signature(leaves), static)
-        compiled = self._cache.get(key)
-        if compiled is None:
-            compiled = self._cache[key] = self.lower(*args, **kwargs).compile()
-        return compiled(dynamic, dynamic_kwargs)
+        signature = _signature(leaves)
+        key = (treedef, signature, tuple((k, _typed(v)) for k, v in static))
+        try:
+            compiled = self._compiled(
+                key, lambda: self._lower(static, dynamic, dynamic_kwargs, treedef, signature).compile())
+        except TypeError:
+            self._check_hashable(static)
+            raise
+        return compiled.call_flat(leaves)
+
+    def _compiled(self, key, make: Callable[[], Compiled]) -> Compiled:
+        """The cache entry for `key`, made by `make()` on a miss. Tracing and compiling run
+        outside the lock; a thread that misses on a key another thread is filling waits for
+        it instead of tracing the same signature again."""
+        me = threading.get_ident()
+        while True:
+            with self._lock:
+                hit = self._cache.get(key)
+                if hit is not None:
+                    self._cache.move_to_end(key)
+                    return hit
+                filling = self._filling.get(key)
+                if filling is None or filling[0] == me:  # `me`: a fill re-entered on its own thread
+                    mine = (me, threading.Event())
+                    self._filling[key] = mine
+                    break
+            filling[1].wait()  # then look again: the fill may also have failed
+        try:
+            compiled = make()
+            with self._lock:
+                self._cache[key] = compiled
+                while len(self._cache) > max(self.cache_size, 0):
+                    self._cache.popitem(last=False)
+            return compiled
+        finally:
+            with self._lock:
+                if self._filling.get(key) is mine:
+                    del self._filling[key]
+            mine[1].set()
+
+    def _check_hashable(self, static) -> None:
+        """Static arguments key the cache: an unhashable one is an error naming it."""
+        for k, v in static:
+            try:
+                hash(_typed(v))
+            except TypeError:
+                raise ArgumentTypeError(
+                    f"jit: static argument {self._describe_argument(k)} of {callable_name(self.fn)} is "
+                    f"{argcheck.describe(v)} {argcheck.short_repr(v)}, which is not hashable; static "
+                    "arguments key the cache of compiled programs: pass a tuple (or another hashable "
+                    "value) instead"
+                ) from None
+
+    def _describe_argument(self, k) -> str:
+        if isinstance(k, str):
+            return repr(k)
+        params = argcheck.positional_params(self.fn)
+        return f"{params[k]!r} (position {k})" if params and k < len(params) else f"at position {k}"
+
+    def clear_cache(self) -> None:
+        """Drop this function's compiled programs: the next call traces again."""
+        with self._lock:
+            self._cache.clear()
+
+
+def clear_caches() -> None:
+    """Drop the compiled programs of every jitted function (`Jitted.clear_cache` on each)."""
+    with _ALL_LOCK:
+        jitted = list(_ALL)
+    for j in jitted:
+        j.clear_cache()
 
 
 def call_traced(fn: Callable, args: tuple):
@@ -143,17 +321,61 @@ def call_traced(fn: Callable, args: tuple):
 
 def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames=(),
         staged: bool | None = None) -> Jitted:
-    """Trace `fn` once per signature (pytree structure, shapes, dtypes, static values) and run
-    it on `backend` ("numpy" or "xla"). `staged` chooses the XLA execution mode.
+    """Trace `fn` once per signature (pytree structure, shapes, dtypes, static values with their
+    types) and run it on `backend` ("numpy" or "xla"). `staged` chooses the XLA execution mode.
+    A static argument may be given by position or by name whichever list names it.
 
     >>> import remat as rm
     >>> f = rm.jit(lambda x: x * 2.0)
     >>> f(rm.ones((2,)))
     Tensor([2., 2.], dtype=float32)
     """
-    if isinstance(static_argnums, int):
-        static_argnums = (static_argnums,)
-    options = {} if backend == "numpy" else {"staged": staged}
-    if isinstance(static_argnames, str):
-        static_argnames = (static_argnames,)
-    return Jitted(fn, backend, tuple(static_argnums), tuple(static_argnames), options)
+    argcheck.check_callable(fn, "jit")
+    check_backend(backend, "jit")
+    if staged is not None and not isinstance(staged, (bool, np.bool_)):
+        raise ArgumentTypeError(
+            f"jit: staged must be True, False or None (staged on the CPU, fused elsewhere), got {staged!r}")
+    nums, names = _static_arguments(fn, static_argnums, static_argnames)
+    options = {} if backend == "numpy" else {"staged": None if staged is None else bool(staged)}
+    return Jitted(fn, backend, nums, names, options)
+
+
+def check_backend(backend, where: str) -> None:
+    if not isinstance(backend, str) or backend not in backends.KNOWN:
+        raise ArgumentValueError(
+            f"{where}: unknown backend {backend!r}; known backends: {', '.join(backends.KNOWN)}")
+
+
+def _static_arguments(fn, static_argnums, static_argnames) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The static positions and names, checked against `fn`'s signature where it can be read,
+    each completed with the other's parameters (a static parameter is static by position and
+    by keyword alike)."""
+    nums = argcheck.argnums(static_argnums, "jit", fn, "static_argnums")
+    names = (static_argnames,) if isinstance(static_argnames, str) else static_argnames
+    if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
+        raise ArgumentTypeError(f"jit: static_argnames must be a str or a tuple of str, got "
+                                f"{argcheck.short_repr(static_argnames)}")
+    names = tuple(names)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = None
+    if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params):
+        known = [p.name for p in params if p.kind not in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL)]
+        for n in names:
+            if n not in known:
+                raise ArgumentValueError(f"jit: static_argnames names {n!r}, which is not a parameter of "
+                                         f"{callable_name(fn)} (its parameters: {', '.join(known) or 'none'})")
+    positional = argcheck.positional_params(fn)
+    if positional is None:
+        if any(i < 0 for i in nums):
+            raise ArgumentValueError(
+                f"jit: static_argnums={static_argnums!r} counts from the end, but how many positional "
+                f"arguments {callable_name(fn)} takes cannot be read (it takes *args or has no "
+                "signature); count from the start instead")
+        return nums, names
+    nums = tuple(i % len(positional) for i in nums)  # in range: checked by argcheck.argnums
+    keyword = {p.name for p in params or () if p.kind is p.POSITIONAL_OR_KEYWORD}
+    names += tuple(positional[i] for i in nums if positional[i] in keyword and positional[i] not in names)
+    nums += tuple(positional.index(n) for n in names if n in positional and positional.index(n) not in nums)
+    return nums, names

@@ -24,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from remat import backends, dtypes, tree
+from remat import argcheck, dtypes, tree
 from remat.autodiff import vjp
 from remat.graph import Graph, Node, Var, type_str
+from remat.jit import check_backend
 from remat.trace import asarray, current_trace, trace_function
 
 # ---------------------------------------------------------------- the gradient program
@@ -43,7 +44,11 @@ class _Program:
     arrays: list[np.ndarray]
 
 
-def _program(fn, args, argnums=None, grad: bool = True) -> _Program:
+def _program(fn, args, argnums=None, grad: bool = True, where: str = "memory.saved_residuals") -> _Program:
+    argcheck.check_callable(fn, where)
+    if argnums is not None:
+        requested = argcheck.argnums(argnums, where, fn)
+        argnums = argcheck.resolve(requested, len(args), where, "argnums", argnums, fn)
     leaves, treedef = tree.flatten(args)
     names = _leaf_names(fn, args)
     positions = _leaf_positions(args)
@@ -277,13 +282,9 @@ def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, 
     >>> p.peak_bytes >= 256 * 4, p.timeline[0].phase, p.timeline[p.backward_start].phase
     (True, 'forward', 'backward')
     """
-    prog = _program(fn, args, argnums, grad)
-    if backend == "numpy":
-        return _profile_numpy(prog)
-    if backend == "xla":
-        return _profile_xla(prog, staged)
-    backends.get(backend)  # raises, naming the known backends
-    raise ValueError(f"profile: no memory profile for backend {backend!r}")
+    check_backend(backend, "memory.profile")
+    prog = _program(fn, args, argnums, grad, "memory.profile")
+    return _profile_numpy(prog) if backend == "numpy" else _profile_xla(prog, staged)
 
 
 def _profile_numpy(prog: _Program) -> Profile:

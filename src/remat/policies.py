@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from remat.errors import ArgumentTypeError, ArgumentValueError
+
 _DOTS = frozenset({"matmul"})  # tensordot is composed from matmul, so its product is one too
 
 
@@ -102,10 +104,15 @@ everything_saveable = EverythingSaveable()
 dots_saveable = DotsSaveable()
 
 
+class UnusedNameWarning(UserWarning):
+    """A name policy (`save_only_these_names`, `save_any_names_but_these`) names a value that
+    the checkpoint body does not have: likely a typo, and the policy cannot do what it says."""
+
+
 def _names(what: str, names: tuple) -> tuple[str, ...]:
     for n in names:
         if not isinstance(n, str):
-            raise TypeError(f"{what}: names must be str, got {type(n).__name__} ({n!r})")
+            raise ArgumentTypeError(f"{what}: names must be str, got {type(n).__name__} ({n!r})")
     return tuple(names)
 
 
@@ -124,25 +131,31 @@ def save_any_names_but_these(*names: str) -> SaveAnyNamesButThese:
 
 
 _BUILTIN = {p.name: p for p in (nothing_saveable, everything_saveable, dots_saveable)}
+_FACTORIES = (save_only_these_names, save_any_names_but_these)
 
 
-def resolve(policy) -> Callable:
+def resolve(policy, where: str = "checkpoint") -> Callable:
     """The policy to apply for `policy=` (None is `nothing_saveable`), or an error naming it."""
     if policy is None:
         return nothing_saveable
     if isinstance(policy, str):
         hint = f"rm.policies.{policy}" if policy in _BUILTIN else "one of rm.policies"
-        raise ValueError(f"checkpoint: policy={policy!r} is a string; pass {hint} instead")
+        raise ArgumentValueError(f"{where}: policy={policy!r} is a string; pass {hint} instead")
+    if any(policy is f for f in _FACTORIES):  # `is`: a stray tensor's == would be an op
+        raise ArgumentTypeError(
+            f"{where}: policy=rm.policies.{policy.__name__} is the policy factory, not a policy; call it "
+            f"with the names of the values to save: policy=rm.policies.{policy.__name__}('name', ...)"
+        )
     if not callable(policy):
-        raise TypeError(
-            f"checkpoint: policy must be one of rm.policies or a callable "
+        raise ArgumentTypeError(
+            f"{where}: policy must be one of rm.policies or a callable "
             f"(op, inputs, outputs, params) -> bool, got {type(policy).__name__}"
         )
     try:
         hash(policy)
     except TypeError:
-        raise TypeError(
-            f"checkpoint: policy must be hashable (compiled programs are cached by it), "
+        raise ArgumentTypeError(
+            f"{where}: policy must be hashable (compiled programs are cached by it), "
             f"got an unhashable {type(policy).__name__}"
         ) from None
     return policy
@@ -152,7 +165,7 @@ def decide(policy: Callable, node) -> bool:
     """Whether `policy` saves `node`'s outputs; a policy must answer with a bool."""
     answer = policy(node.op, node.inputs, node.outputs, node.params)
     if not isinstance(answer, bool) and type(answer).__name__ != "bool_":
-        raise TypeError(
+        raise ArgumentTypeError(
             f"checkpoint: policy {policy!r} returned {type(answer).__name__} for {node.op}; "
             "a policy must return True (save) or False (recompute)"
         )
@@ -161,5 +174,5 @@ def decide(policy: Callable, node) -> bool:
 
 __all__ = [
     "nothing_saveable", "everything_saveable", "dots_saveable", "save_only_these_names",
-    "save_any_names_but_these",
+    "save_any_names_but_these", "UnusedNameWarning",
 ]
