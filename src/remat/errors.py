@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from contextvars import ContextVar
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -47,7 +48,9 @@ class ValueOverflow(RematError, OverflowError):
     """A Python number that the requested (or default) dtype cannot hold exactly."""
 
 
-_SOURCE_OVERRIDE: list[str | None] = []
+# Per thread and asyncio task (a ContextVar), like the trace stack: one thread's re-emitted ops
+# must not take another's line. None: find the line from the call stack.
+_SOURCE_OVERRIDE: ContextVar[str | None] = ContextVar("remat_source_override", default=None)
 
 
 class source_of:
@@ -56,18 +59,20 @@ class source_of:
 
     def __init__(self, source: str | None):
         self.source = source
+        self._token = None
 
     def __enter__(self) -> None:
-        _SOURCE_OVERRIDE.append(self.source)
+        self._token = _SOURCE_OVERRIDE.set(self.source)
 
     def __exit__(self, *exc) -> None:
-        _SOURCE_OVERRIDE.pop()
+        _SOURCE_OVERRIDE.reset(self._token)
 
 
 def user_source() -> str | None:
     """`file.py:line` of the innermost frame outside the remat package, if any."""
-    if _SOURCE_OVERRIDE and _SOURCE_OVERRIDE[-1] is not None:
-        return _SOURCE_OVERRIDE[-1]
+    override = _SOURCE_OVERRIDE.get()
+    if override is not None:
+        return override
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename

@@ -9,12 +9,13 @@ trace adds an input for it once and remembers the outer tensor — that is how c
 from __future__ import annotations
 
 import sys
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from remat import dtypes, tree
-from remat.errors import RematError, TracerError, at_source, user_source
+from remat import dtypes, tree, values
+from remat.errors import ArgumentTypeError, RematError, TracerError, at_source, user_source
 from remat.graph import Graph, Node, Var, type_str
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ class Trace:
         if hit is not None:
             return hit[1]
         v = Var(value.shape, value.dtype)
-        self.constants[v] = np.asarray(value)  # a device array (an XLA result) comes to the host
+        self.constants[v] = _snapshot(value)
         self._constant_of[id(value)] = (value, v)  # keep `value` alive so its id stays unique
         return v
 
@@ -102,11 +103,24 @@ class Trace:
         return Graph(self.inputs + self.capture_vars, out_vars, kept[::-1], constants)
 
 
-_STACK: list[Trace] = []
+# The open traces, innermost last, of this thread or asyncio task. An immutable tuple in a
+# ContextVar: a new thread starts with none, and a task copies the stack it was made with, so a
+# push in one never shows in another (a shared list would be, as a task's copy is shallow).
+_STACK: ContextVar[tuple[Trace, ...]] = ContextVar("remat_trace_stack", default=())
 
 
 def current_trace() -> Trace | None:
-    return _STACK[-1] if _STACK else None
+    """The innermost open trace of this thread or task; None when ops run eagerly."""
+    stack = _STACK.get()
+    if not stack:
+        return None
+    trace = stack[-1]
+    if not trace.active:  # only a task or context copied inside a trace, run after it ended
+        raise TracerError(
+            f"this code runs in an asyncio task or context created inside `{trace.name}` and "
+            f"is tracing after `{trace.name}` ended; create the task outside the traced function"
+        )
+    return trace
 
 
 class new_trace:
@@ -114,14 +128,22 @@ class new_trace:
 
     def __init__(self, name: str):
         self.trace = Trace(current_trace(), name)
+        self._token = None
 
     def __enter__(self) -> Trace:
-        _STACK.append(self.trace)
+        self._token = _STACK.set(_STACK.get() + (self.trace,))
         return self.trace
 
     def __exit__(self, *exc) -> None:
-        popped = _STACK.pop()
-        assert popped is self.trace, "trace stack out of order"
+        stack = _STACK.get()
+        if not stack or stack[-1] is not self.trace:
+            # Leave the stack as it is: the trace still open can close normally.
+            state = f"while `{stack[-1].name}`, opened inside it, is still open" if stack else "but is not open"
+            raise TracerError(
+                f"trace `{self.trace.name}` closed {state}; close traces in the reverse order "
+                "of opening them (with `with new_trace(...)`)"
+            )
+        _STACK.reset(self._token)
         self.trace.active = False
 
 
@@ -323,44 +345,70 @@ class Tensor:
         return _ops.min(self, axis=axis, keepdims=keepdims)
 
 
-def _default_array(x) -> np.ndarray:
-    """A NumPy array for a Python scalar or list: floats become float32 and ints int32."""
-    a = np.asarray(x)
-    if a.dtype.kind == "f":
-        return a.astype(dtypes.DEFAULT_FLOAT)
-    if a.dtype.kind in "iu":
-        return a.astype(dtypes.DEFAULT_INT)
+def _snapshot(value) -> np.ndarray:
+    """A graph constant: the value as it is now, which nothing can change later. A NumPy array
+    the caller may still write into is copied (mutating it after tracing must not change what
+    the program computes, as in JAX); a JAX array, or one remat made read-only, is kept.
+    Read-only, so that a program whose output is a constant hands out a value no caller can
+    write into (and so change what later calls return)."""
+    if is_device_array(value):
+        a = np.asarray(value)
+    elif _frozen(value):
+        return value
+    else:
+        a = np.array(value, copy=True)
+    a.flags.writeable = False
+    return a
+
+
+def _frozen(a: np.ndarray) -> bool:
+    """Read-only, and so is every array whose memory it views."""
+    while not a.flags.writeable:
+        if a.base is None:
+            return True
+        if not isinstance(a.base, np.ndarray):
+            return False
+        a = a.base
+    return False
+
+
+def _frozen_copy(a: np.ndarray, source) -> np.ndarray:
+    """`a`, read-only when it is a new array (not the caller's `source`): a tensor's value,
+    like a JAX array, is not changed in place, so a trace can take it as a constant uncopied."""
+    if a is not source:
+        a.flags.writeable = False
     return a
 
 
 def asarray(x, dtype=None) -> Tensor:
-    """A Tensor from a Tensor, NumPy array, Python scalar or nested list.
+    """A Tensor from a Tensor, NumPy or JAX array, Python number or nested list. Python floats
+    default to float32 and ints to int32; arrays keep their dtype, which must be one of
+    bool, int32, int64, float32, float64. Values are converted exactly (rounded only where the
+    dtype has no closer float) or not at all: the rules are in remat/values.py.
 
     >>> asarray([1.0, 2.0]).dtype
     dtype('float32')
+    >>> float(asarray(0.1, "float64")) == 0.1
+    True
+    >>> asarray(2**40)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    remat.errors.ValueOverflow: asarray: the Python int 1099511627776 does not fit int32; pass dtype="int64"...
     """
     if isinstance(x, Tensor):
-        return x if dtype is None or x.dtype == np.dtype(dtype) else _ops.astype(x, dtype)
-    if is_device_array(x) and x.dtype == dtypes.canonical(x.dtype if dtype is None else dtype):
-        return Tensor._concrete(x)  # a JAX array stays on its device
-    if isinstance(x, (np.ndarray, np.generic)):
-        a = np.asarray(x)
-    elif isinstance(x, (int, float, bool, list, tuple)):
-        a = _default_array(x)
-    else:
-        try:
-            a = np.asarray(x)
-        except Exception:
-            a = None
-        if a is None or a.dtype == object:
-            raise TypeError(f"cannot make a tensor from a value of type {type(x).__name__}")
-    target = dtypes.canonical(a.dtype if dtype is None else dtype)
-    if a.dtype != target:
-        a = a.astype(target)
-    return Tensor._concrete(a)
+        if dtype is None or x.dtype == dtypes.canonical(dtype, "asarray"):
+            return x
+        if x.is_concrete and not x._vaxes and not dtypes.can_hold(x.dtype, np.dtype(dtype)):
+            values.convert(np.asarray(x._value), np.dtype(dtype), "asarray")  # only to check the values fit
+        return _ops.astype(x, dtype)
+    if is_device_array(x):
+        if dtypes.is_supported(x.dtype) and (dtype is None or x.dtype == dtypes.canonical(dtype, "asarray")):
+            return Tensor._concrete(x)  # a JAX array stays on its device
+        return Tensor._concrete(_frozen_copy(values.array(np.asarray(x), dtype), None))
+    return Tensor._concrete(_frozen_copy(values.array(x, dtype), x))
 
 
 def is_tensor_like(x) -> bool:
+    """A value that can be a tensor: a tensor, an array, or a Python or NumPy number."""
     return isinstance(x, (Tensor, np.ndarray, int, float, bool, np.number, np.bool_)) or is_device_array(x)
 
 
@@ -377,12 +425,15 @@ def is_device_array(x) -> bool:
 
 
 def check_argument_leaf(leaf) -> None:
-    """Arguments of traced functions are arrays; anything else must be made static."""
+    """Arguments of traced functions are arrays of remat's dtypes (or numbers); anything else
+    must be made static."""
     if not is_tensor_like(leaf):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"argument leaf of type {type(leaf).__name__} is not an array; mark it static "
             "(static_argnums) or pass it through a closure"
         )
+    if isinstance(leaf, (np.ndarray, np.generic)) or is_device_array(leaf):
+        values.supported(leaf.dtype, "", "an argument of dtype {dtype} is", 'pass rm.asarray(x, dtype="{to}")')
 
 
 def make_graph(fn):
@@ -396,6 +447,9 @@ def make_graph(fn):
       return c
     }
     """
+
+    if not callable(fn):
+        raise ArgumentTypeError(f"make_graph: expected a callable, got {type(fn).__name__} {fn!r:.60}")
 
     def traced(*args) -> Graph:
         return trace_function(fn, args).graph
@@ -435,8 +489,11 @@ def trace_function(fn, args, name: str | None = None) -> Traced:
 
 def _output_tensor(x) -> Tensor:
     if not is_tensor_like(x):
-        raise TypeError(
-            f"a traced function returned a {type(x).__name__}, not a tensor or a pytree of tensors"
+        trace = current_trace()
+        who = f"`{trace.name}`" if trace is not None else "a traced function"
+        raise ArgumentTypeError(
+            f"{who} returned a {type(x).__name__}, not a tensor or a pytree of tensors; return "
+            "tensors (pass other values out through a closure or make them static)"
         )
     return asarray(x)
 
