@@ -15,6 +15,7 @@ import tracemalloc
 import numpy as np
 
 import remat as rm
+from remat.bench.report import ratio
 from remat.models import PLANS, residual_mlp_loss, residual_mlp_params
 
 
@@ -51,17 +52,18 @@ def measure(plan, depth: int = 32, width: int = 128, batch: int = 1024) -> dict:
     }
 
 
-def time_ratio(plan, depth: int = 32, width: int = 128, batch: int = 1024, repeats: int = 15) -> float:
-    """Median step time with `plan` over median step time without checkpoints, interleaved."""
+def time_ratio(plan, depth: int = 32, width: int = 128, batch: int = 1024, repeats: int = 15) -> str:
+    """Step time with `plan` over step time without checkpoints, round by round (both steps run
+    in each round, the order alternating): the median ratio and its spread, as `remat bench`."""
     params, x = _inputs(depth, width, batch)
     steps = {p: _compiled_step(p, params, x) for p in ("none", plan)}
     times = {p: [] for p in steps}
-    for _ in range(repeats):
-        for p, compiled in steps.items():
+    for r in range(repeats):
+        for p in (("none", plan) if r % 2 == 0 else (plan, "none")):
             start = time.perf_counter()
-            compiled(params, x)
+            steps[p](params, x)
             times[p].append(time.perf_counter() - start)
-    return float(np.median(times[plan]) / np.median(times["none"]))
+    return ratio({"times": times[plan]}, {"times": times["none"]})
 
 
 def main(argv=None) -> None:
@@ -81,8 +83,8 @@ def main(argv=None) -> None:
             f"| {r['evaluator_peak'] / r['activation_bytes']:.1f} |"
         )
     for plan in ("layer", "sqrt"):
-        ratio = time_ratio(plan, args.depth, args.width, args.batch)
-        print(f"step time, {plan} / none (median of interleaved runs): {ratio:.2f}x")
+        print(f"step time, {plan} / none (median of 15 interleaved rounds, min–max): "
+              f"{time_ratio(plan, args.depth, args.width, args.batch)}")
 
 
 if __name__ == "__main__":

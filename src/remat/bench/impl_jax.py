@@ -77,9 +77,8 @@ def build(size, plan: str, params, data):
     compiled = jax.jit(jax.value_and_grad(fn)).lower(params, data).compile()
 
     def finish(out):
-        loss, grads = out
-        jax.block_until_ready(grads)
-        return float(loss)
+        jax.block_until_ready(out)
+        return float(out[0])
 
     step = lambda: compiled(params, data)  # noqa: E731
     step.compiled = compiled

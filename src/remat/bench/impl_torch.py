@@ -81,7 +81,9 @@ def _leaves(tree):
 
 
 def build(size, plan: str, params, data):
-    """`(step, finish)` as in `impl_remat.build`: loss and gradients of the parameters."""
+    """`(step, finish)` as in `impl_remat.build`: the loss and the gradients of the parameters,
+    returned as the step's outputs like `value_and_grad`'s, so that no `.grad` buffer outlives
+    the step (a baseline taken after a first step would hide them otherwise)."""
     if plan == "dots":
         raise NotSupported("torch.utils.checkpoint has no dots_saveable policy")
     params, data = _tensors(params, True), _tensors(data, False)
@@ -92,10 +94,7 @@ def build(size, plan: str, params, data):
         fn = lambda: gpt_loss(params, data, plan, size.heads)  # noqa: E731
 
     def step():
-        for p in leaves:
-            p.grad = None
         loss = fn()
-        loss.backward()
-        return loss
+        return loss, torch.autograd.grad(loss, leaves)
 
-    return step, lambda loss: float(loss.detach())
+    return step, lambda out: float(out[0].detach())

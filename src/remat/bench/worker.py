@@ -2,13 +2,23 @@
 
     MALLOC_MMAP_THRESHOLD_=65536 python -m remat.bench.worker '<json job>'
 
-`memory` jobs build one (framework, model, plan) step, compile it, take the resident set size
-(RSS) as a baseline and sample it during one step; the answer is the peak above the baseline.
-Freed buffers go back to the OS under that malloc setting, so RSS follows live memory. XLA
-steps are measured on their first run after compiling: XLA:CPU keeps an executable's temporary
-buffer resident after it ran once, which would hide the peak inside the baseline.
-`time` jobs build several steps and time them interleaved, round after round. (Quick runs skip
-them and time each step in its memory job instead: one compilation per step, not two.)
+Every framework's step is the same function: parameters and data in, the loss and the gradients
+of the parameters out, nothing kept behind (see `remat.bench.impl_*`).
+
+`memory` jobs build one (framework, model, plan) step and compile it; with the parameters, the
+data and the compiled step resident, they take the resident set size (RSS) as the baseline and
+find its peak during one step (the kernel's high-water mark, reset at the baseline, and samples
+every 0.5 ms); the figure is the peak above the baseline, so the step's outputs, the gradients
+among them, count in it. Freed buffers go back to the OS under that malloc setting, so RSS
+follows live memory. Each runtime sets itself up before the baseline: eager frameworks by a
+first step; XLA by a small unrelated step (its thread pool and their malloc arenas: about
+11 MiB), and then the step is measured on its first run, because XLA:CPU keeps an executable's
+temporary buffer resident after it ran once, which would hide the peak inside the baseline.
+remat on NumPy reports its evaluator's own count of live bytes during the step, with
+tracemalloc's and RSS's beside it.
+
+`time` jobs build several steps and time them round after round, the order rotated each round,
+each step until all its outputs are ready. Run one at a time, nothing else measuring meanwhile.
 """
 
 from __future__ import annotations
@@ -17,11 +27,12 @@ import gc
 import json
 import sys
 import time
+import tracemalloc
 
 from remat.bench.config import NotSupported, inputs, size_from_dict
 from remat.bench.rss import peak_during
 
-IN_PROCESS = {"remat-numpy"}  # measured in the parent process (evaluator count and tracemalloc)
+FIRST_RUN = {"remat-xla", "jax"}  # measured on the first run after compiling (see above)
 
 
 def build(framework: str, size, plan: str):
@@ -42,27 +53,54 @@ def build(framework: str, size, plan: str):
 
 
 def memory_job(job: dict) -> dict:
-    size = size_from_dict(job["size"])
-    step, finish = build(job["framework"], size, job["plan"])
-    if job["framework"] == "torch":
-        finish(step())  # eager: the first step also sets PyTorch up; measure the second
+    """`{"peak", "baseline", "loss"}`: bytes above the baseline (see the module's docstring)."""
+    framework = job["framework"]
+    step, finish = build(framework, size_from_dict(job["size"]), job["plan"])
+    if framework in FIRST_RUN:
+        _set_up_xla()
+    else:
+        finish(step())
     gc.collect()
-    loss, baseline, peak = peak_during(lambda: finish(step()))  # RSS sampled every 0.5 ms
+    loss, baseline, peak = peak_during(lambda: finish(step()), high_water=True)
     out = {"peak": peak - baseline, "baseline": baseline, "loss": loss}
-    if job.get("rounds"):  # quick runs time the step here too, not interleaved with other plans
-        out["time"] = min(timed(step, finish) for _ in range(job["rounds"]))
+    if framework == "remat-numpy":  # the evaluator's count of the step just measured
+        out.update(rss=out["peak"], peak=step.compiled.last_memory.peak)
+        out["tracemalloc"] = _traced(step, finish)
     return out
 
 
+def _set_up_xla() -> None:
+    """Run a small step unrelated to the benchmark, with matrix products big enough for XLA to
+    spread them over its thread pool, so that the runtime's one-time set-up happens now."""
+    import jax
+    import jax.numpy as jnp
+
+    loss = lambda x, w: jnp.sum(jnp.tanh(x @ w) ** 2)  # noqa: E731
+    x, w = jnp.ones((512, 256)), jnp.full((256, 256), 1 / 256)
+    jax.block_until_ready(jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(x, w))
+
+
+def _traced(step, finish) -> int:
+    """tracemalloc's peak during one step, above the level before it."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        finish(step())
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
 def timed(step, finish) -> float:
-    """Seconds of one step, until its results are ready."""
+    """Seconds of one step, until all its results are ready."""
     start = time.perf_counter()
     finish(step())
     return time.perf_counter() - start
 
 
 def time_job(job: dict) -> dict:
-    """Steps of every (framework, plan) entry, interleaved: the fastest of `rounds` per entry."""
+    """`{"times": {"framework/plan": [seconds per round]}, "losses": {...}}` for every entry that
+    the framework supports, all timed in each round, starting one entry later every round."""
     size = size_from_dict(job["size"])
     steps = {}
     for framework, plan in job["entries"]:
@@ -70,11 +108,12 @@ def time_job(job: dict) -> dict:
             steps[f"{framework}/{plan}"] = build(framework, size, plan)
         except NotSupported:
             continue
-    times = {k: [] for k in steps}
     losses = {k: finish(step()) for k, (step, finish) in steps.items()}  # warm up
-    for _ in range(job["rounds"]):
-        for k, (step, finish) in steps.items():
-            times[k].append(timed(step, finish))
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    keys = list(steps)
+    for r in range(job["rounds"] if keys else 0):
+        for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
+            times[k].append(timed(*steps[k]))
     return {"times": times, "losses": losses}
 
 
