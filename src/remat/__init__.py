@@ -23,7 +23,8 @@ from remat.errors import (
     ValueOverflow,
 )
 from remat.graph import Graph, Node, Var
-from remat.jit import jit
+from remat.jit import clear_caches, jit
+from remat.loops import cond, fori_loop, scan, switch, while_loop
 from remat.ops import (
     abs,
     add,

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from remat.backends import threefry
+from remat.backends import blas, threefry
 from remat.graph import Graph, Var
+from remat.loops import numpy_impl
 
 
 def _slice(x, *, start, stop, step):
@@ -22,9 +23,20 @@ def _pad(x, *, lo, hi, interior):
     return out
 
 
+def _clamped(idx, n: int):
+    # remat's rule for indices known only at run time (ops/indexing.py): negatives count from the
+    # end, the rest is clamped into [0, n), as JAX's mode="clip"; take and index_add share it, so
+    # a gradient lands on the element that was read.
+    return np.clip(np.where(idx < 0, idx + n, idx), 0, max(n - 1, 0))
+
+
+def _take(x, idx, *, axis):
+    return np.take(x, _clamped(idx, x.shape[axis]), axis=axis)
+
+
 def _index_add(x, idx, upd, *, axis):
     out = x.copy()
-    np.add.at(out, (slice(None),) * axis + (idx,), upd)
+    np.add.at(out, (slice(None),) * axis + (_clamped(idx, x.shape[axis]),), upd)
     return out
 
 
@@ -73,7 +85,7 @@ IMPLS: dict[str, Callable] = {
     "pad": _pad,
     "flip": lambda x, *, axes: np.flip(x, axes),
     "matmul": np.matmul,
-    "take": lambda x, idx, *, axis: np.take(x, idx, axis=axis),
+    "take": _take,
     "index_add": _index_add,
     "stop_gradient": lambda x: x,
     "barrier": lambda *xs: xs,
@@ -81,10 +93,17 @@ IMPLS: dict[str, Callable] = {
     "checkpoint": _block,
     "custom_vjp": _block,  # runs fwd: the outputs, then the residuals
     "random_uniform": _random_uniform,
+    "random_normal": lambda key, *, shape, dtype: threefry.normal(np, _u32(key), shape, dtype),
     "random_fold_in": _random_fold_in,
+    "scan": numpy_impl.scan,
+    "scan_binomial": numpy_impl.scan_binomial,
+    "while": numpy_impl.while_loop,
+    "cond": numpy_impl.cond,
+    "while_gradient": numpy_impl.while_gradient,
 }
 
-_BLOCKS = {"checkpoint", "custom_vjp"}  # ops that run sub-graphs and so take the memory counter
+# ops that run sub-graphs and so take the memory counter
+_BLOCKS = {"checkpoint", "custom_vjp", "scan", "scan_binomial", "while", "cond"}
 
 
 def apply(op: str, values: list[np.ndarray], params: dict, avals, memory=None, out=None) -> list[np.ndarray]:
@@ -153,6 +172,12 @@ class Memory:
     def mark(self) -> None:
         self.timeline.append(self.live)
 
+    def finish(self) -> None:
+        """Let go of the run's buffers (its outputs are the caller's now), keeping the counts:
+        a Memory kept for inspection must not keep a run's outputs alive."""
+        self._refs.clear()
+        self._external.clear()
+
 
 def last_uses(graph: Graph) -> list[list[Var]]:
     """For each node, the Vars whose last reader it is, including its own outputs that nothing
@@ -171,8 +196,9 @@ def last_uses(graph: Graph) -> list[list[Var]]:
     return frees
 
 
-def run(graph: Graph, args, memory: Memory | None = None) -> list[np.ndarray]:
-    """Evaluate `graph` on arrays `args`. Iterative over nodes; buffers die at their last use."""
+def run(graph: Graph, args, memory: Memory | None = None, frees: list[list[Var]] | None = None) -> list[np.ndarray]:
+    """Evaluate `graph` on arrays `args`. Iterative over nodes; buffers die at their last use.
+    `frees` is `last_uses(graph)`, for a loop that runs one graph many times."""
     memory = memory or Memory()
     env: dict[Var, np.ndarray] = dict(graph.constants)
     for a in graph.constants.values():
@@ -180,7 +206,7 @@ def run(graph: Graph, args, memory: Memory | None = None) -> list[np.ndarray]:
     for v, a in zip(graph.inputs, args):
         env[v] = a
         memory.hold(a)
-    frees = last_uses(graph)
+    frees = frees or last_uses(graph)
     for v in frees[0]:  # inputs nobody reads
         memory.release(env.pop(v))
     for node, dead in zip(graph.nodes, frees[1:]):
@@ -231,7 +257,9 @@ def compile(graph: Graph) -> Callable:
         memory = Memory()
         for a in args:
             memory.external(a)
-        outs = run(graph, [np.asarray(a) for a in args], memory)
+        with blas.limited(graph):  # spinning BLAS workers stall everything else (see blas.py)
+            outs = run(graph, [np.asarray(a) for a in args], memory)
+        memory.finish()
         call.last_memory = memory
         return outs
 

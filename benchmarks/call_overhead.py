@@ -1,0 +1,90 @@
+"""Per-call overhead of `rm.jit(..., backend="xla")` against `jax.jit`: a ratio, never a time alone.
+
+Both take the same pytree, a dict of `--leaves` small NumPy arrays, and run a trivial function
+(the sum of every array), so the call itself is what is measured: flattening the arguments,
+checking their signature, handing them to XLA and wrapping the result. The two are called in
+turn, `--calls` calls per batch, the order flipping every round; each round's ratio comes from
+its own pair of batches and the median of the rounds is compared with the target.
+
+    python benchmarks/call_overhead.py [--leaves 512 --calls 50 --rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+TARGET = 2.0  # remat / jax.jit
+
+
+def callers(leaves: int, staged: bool | None):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import remat as rm
+
+    rng = np.random.default_rng(0)
+    tree = {f"p{i}": rng.normal(size=(4,)).astype(np.float32) for i in range(leaves)}
+
+    def total(xs, sum_):
+        out = 0.0
+        for v in xs.values():
+            out = out + sum_(v)
+        return out
+
+    remat_fn = rm.jit(lambda xs: total(xs, rm.sum), backend="xla", staged=staged)
+    jax_fn = jax.jit(lambda xs: total(xs, jnp.sum))
+    expected = float(sum(v.sum() for v in tree.values()))
+    for fn in (remat_fn, jax_fn):
+        got = float(fn(tree))  # traces and compiles
+        assert abs(got - expected) <= 1e-3 * max(1.0, abs(expected)), (got, expected)
+
+    def calling(fn, unwrap):
+        def run(n: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                out = fn(tree)
+            jax.block_until_ready(unwrap(out))
+            return (time.perf_counter() - t0) / n
+
+        return run
+
+    return {"remat": calling(remat_fn, lambda t: t._value), "jax": calling(jax_fn, lambda a: a)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--leaves", type=int, default=512)
+    p.add_argument("--calls", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--staged", choices=("default", "true", "false"), default="default",
+                   help="rm.jit's staged= (default: None, staged on the CPU)")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    staged = {"default": None, "true": True, "false": False}[a.staged]
+    run = callers(a.leaves, staged)
+    for fn in run.values():
+        fn(3)  # warm up
+    times: dict[str, list[float]] = {"remat": [], "jax": []}
+    for r in range(a.rounds):
+        for name in (("remat", "jax") if r % 2 == 0 else ("jax", "remat")):
+            times[name].append(run[name](a.calls))
+    ratios = [x / y for x, y in zip(times["remat"], times["jax"])]
+    ratio = statistics.median(ratios)
+    if a.json:
+        print(json.dumps({"ratios": ratios, "median": ratio, "times": times}))
+        return 0
+    us = {k: statistics.median(v) * 1e6 for k, v in times.items()}
+    print(f"{a.leaves} NumPy leaves, {a.calls} calls a batch, {a.rounds} rounds, interleaved")
+    print(f"  per call: remat {us['remat']:.0f} us, jax.jit {us['jax']:.0f} us (medians)")
+    print(f"  remat / jax.jit: {ratio:.2f}x median (range {min(ratios):.2f}-{max(ratios):.2f}), "
+          f"target <= {TARGET}x  " + ("ok" if ratio <= TARGET else "NOT MET"))
+    return 0 if ratio <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

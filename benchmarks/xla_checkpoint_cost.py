@@ -1,0 +1,82 @@
+"""What a checkpoint per layer costs on XLA staged: step time with / without, a ratio, never a time.
+
+The model is the residual MLP of `remat.models` (L layers of `h + tanh(h @ w + b)`), a step is
+`value_and_grad` with respect to the parameters, run staged (`rm.jit(..., backend="xla",
+staged=True)`) on device-resident inputs. At the default size (16 layers, width 512, batch 512)
+the matrix products dominate: the plain step computes three per layer (one forward, two in the
+backward pass) and the checkpointed one a fourth (the recomputed forward), so 4/3 is the ideal
+ratio. Both steps run in one process, alternating (the order flips every round), each round's
+ratio is taken from its own pair, and the median of the rounds is compared with the target.
+
+    python benchmarks/xla_checkpoint_cost.py [--layers 16 --width 512 --batch 512 --rounds 21]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+TARGET = 1.38  # checkpoint per layer / no checkpoint; the ideal is 4/3
+
+
+def build(plan: str, depth: int, width: int, batch: int):
+    """A function running one step to completion (every gradient ready)."""
+    import jax
+
+    import remat as rm
+    from remat.bench.config import MLP, inputs
+    from remat.models import residual_mlp_loss
+
+    params, x = jax.device_put(inputs(MLP(depth=depth, width=width, batch=batch)))
+    step = rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, plan)), backend="xla", staged=True)
+    compiled = step.lower(params, x).compile()
+
+    def run():
+        loss, grads = compiled(params, x)
+        jax.block_until_ready([t._value for t in rm.tree.leaves((loss, grads))])
+
+    return run
+
+
+def rounds(depth: int, width: int, batch: int, n: int) -> dict[str, list[float]]:
+    steps = {plan: build(plan, depth, width, batch) for plan in ("none", "layer")}
+    for run in steps.values():
+        run()
+        run()  # the second run settles XLA's buffers
+    times: dict[str, list[float]] = {plan: [] for plan in steps}
+    for r in range(n):
+        for plan in (("none", "layer") if r % 2 == 0 else ("layer", "none")):
+            t0 = time.perf_counter()
+            steps[plan]()
+            times[plan].append(time.perf_counter() - t0)
+    return times
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--layers", type=int, default=16)
+    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--batch", type=int, default=512)
+    p.add_argument("--rounds", type=int, default=21)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    times = rounds(a.layers, a.width, a.batch, a.rounds)
+    ratios = [c / b for c, b in zip(times["layer"], times["none"])]
+    ratio = statistics.median(ratios)
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratio] * 3
+    if a.json:
+        print(json.dumps({"ratios": ratios, "median": ratio, "quartiles": [q[0], q[2]], "times": times}))
+        return 0
+    print(f"{a.layers} layers, width {a.width}, batch {a.batch}, staged; {a.rounds} rounds, interleaved")
+    print(f"  step without checkpoints: median {statistics.median(times['none']) * 1e3:.1f} ms")
+    print(f"  checkpoint per layer / none: {ratio:.3f}x median (quartiles {q[0]:.3f}-{q[2]:.3f}, "
+          f"range {min(ratios):.3f}-{max(ratios):.3f}); ideal {4 / 3:.3f}x, target <= {TARGET}x  "
+          + ("ok" if ratio <= TARGET else "NOT MET"))
+    return 0 if ratio <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""How the first call of a staged XLA step grows with depth: a ratio of two depths, never times alone.
+
+The step is `value_and_grad` of the residual MLP of `remat.models` with a checkpoint per layer,
+`rm.jit(..., backend="xla", staged=True)`. Its first call traces, differentiates, plans the
+stages, lowers and compiles the distinct ones, and runs; a linear pipeline takes about
+`deep / shallow` times as long for the deep model (less: compiling the few distinct stages
+costs the same at every depth). Each first call runs in a fresh process (JAX started and warmed
+up before the clock starts), the depths alternate, and the median of the pair ratios is
+compared with the target: within 12x for 10x the layers.
+
+    python benchmarks/xla_first_call.py [--shallow 300 --deep 3000 --repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+TARGET = 12.0  # deep / shallow, for deep = 10 x shallow
+
+
+def first_call(depth: int, width: int, batch: int) -> float:
+    """Seconds of the first call of a fresh step, until its results are ready."""
+    import jax
+    import numpy as np
+
+    import remat as rm
+    from remat.models import residual_mlp_loss, residual_mlp_params
+
+    params = residual_mlp_params(depth, width)
+    x = rm.asarray(np.random.default_rng(0).normal(size=(batch, width)), "float32")
+    jax.block_until_ready(jax.numpy.zeros(1) + 1)  # start the runtime outside the clock
+    step = rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, "layer")), backend="xla", staged=True)
+    t0 = time.perf_counter()
+    loss, grads = step(params, x)
+    jax.block_until_ready([t._value for t in rm.tree.leaves((loss, grads))])
+    return time.perf_counter() - t0
+
+
+def in_child(depth: int, width: int, batch: int) -> float:
+    args = [sys.executable, os.path.abspath(__file__), "--child", str(depth),
+            "--width", str(width), "--batch", str(batch)]
+    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--shallow", type=int, default=300)
+    p.add_argument("--deep", type=int, default=3000)
+    p.add_argument("--width", type=int, default=8)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        print(first_call(a.child, a.width, a.batch))
+        return 0
+    times: dict[int, list[float]] = {a.shallow: [], a.deep: []}
+    for r in range(a.repeats):
+        for depth in ((a.shallow, a.deep) if r % 2 == 0 else (a.deep, a.shallow)):
+            times[depth].append(in_child(depth, a.width, a.batch))
+    ratios = [d / s for s, d in zip(times[a.shallow], times[a.deep])]
+    ratio = statistics.median(ratios)
+    limit = TARGET * a.deep / (10 * a.shallow)
+    if a.json:
+        print(json.dumps({"times": times, "ratios": ratios, "median": ratio, "limit": limit}))
+        return 0
+    for depth, ts in times.items():
+        runs = ", ".join(f"{t:.2f}" for t in ts)
+        print(f"{depth:>6} layers: first call {statistics.median(ts):6.2f} s  (runs: {runs})")
+    spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+    verdict = "ok" if ratio <= limit else "NOT MET"
+    print(f"deep / shallow: {ratio:.2f}x median (pairs {spread}), target <= {limit:g}x  {verdict}")
+    return 0 if ratio <= limit else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
