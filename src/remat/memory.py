@@ -182,7 +182,17 @@ class _Describer:
         if node.op == "checkpoint_name":
             return "named", f"named {node.params['name']!r}", node.source
         where = f" at {node.source}" if node.source else ""
+        if node.op == "scan" and k >= node.params["num_carry"]:  # stacked: one body value per step
+            return self._per_step(node.params["body"].outputs[k], node, g, outer, where)
         return "output", f"output of {node.op}{where}", node.source
+
+    def _per_step(self, v: Var, node: Node, g: Graph, outer: list, where: str):
+        body = node.params["body"]
+        steps = f"one per step of the scan{where}"
+        if v in body.inputs[: node.params["num_carry"]]:
+            return "output", f"the loop's carry, {steps}", node.source
+        kind, text, source = self(v, body, outer + [(node, g)])
+        return kind, f"{text}, {steps}", source
 
     def _reader(self, v: Var, g: Graph) -> str | None:
         return next((n.source for n in g.nodes if v in n.inputs and n.source), None)

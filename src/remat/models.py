@@ -7,6 +7,9 @@ scope; the checkpoint captures them.
 
 - `residual_mlp_loss(params, x, plan)`: L layers of `h + tanh(h @ w + b)`, loss `mean(h * h)`.
 - `gpt_loss(params, data, plan, heads)`: a pre-norm transformer, next-token cross-entropy.
+- `scanned_mlp_loss(stacked, x, checkpoint)`: the residual MLP as one `rm.scan` over stacked
+  weights; `checkpoint` is `rm.scan`'s (None, "step", `rm.loops.segments(k)`, `rm.loops.binomial(s)`).
+- `rnn_loss(params, h0, xs, checkpoint)`: a tanh RNN over the T steps of `xs`, as one `rm.scan`.
 
 The same models in JAX and PyTorch are in `remat.bench.impl_jax` and `remat.bench.impl_torch`.
 """
@@ -112,3 +115,45 @@ def gpt_loss(params: dict, data, plan: str | int, heads: int):
     h = checkpointed(layers, h, plan)
     logits = rm.nn.layer_norm(h, params["lnf_g"], params["lnf_b"]) @ params["head"]
     return rm.nn.cross_entropy(logits, targets)
+
+
+# ---------------------------------------------------------------- scanned: one loop over stacked weights
+
+
+def stack_params(params) -> tuple:
+    """[(w, b)] * depth -> (W of shape (depth, width, width), B of shape (depth, width))."""
+    return rm.stack([w for w, _ in params]), rm.stack([b for _, b in params])
+
+
+def scanned_mlp(stacked, x, checkpoint=None):
+    """`residual_mlp` as a scan over the layers: the graph does not grow with depth."""
+
+    def layer(h, wb):
+        w, b = wb
+        return h + rm.tanh(h @ w + b), None
+
+    return rm.scan(layer, x, stacked, checkpoint=checkpoint)[0]
+
+
+def scanned_mlp_loss(stacked, x, checkpoint=None):
+    h = scanned_mlp(stacked, x, checkpoint)
+    return rm.mean(h * h)
+
+
+def rnn_params(width: int, inputs: int, seed: int = 0, dtype="float32") -> dict:
+    """Weights of `h' = tanh(h @ wh + x @ wx + b)`, scaled so the state neither dies nor saturates."""
+    rng = np.random.default_rng(seed)
+    return {"wh": rm.asarray(rng.normal(0, 0.9 / math.sqrt(width), (width, width)), dtype),
+            "wx": rm.asarray(rng.normal(0, 1 / math.sqrt(inputs), (inputs, width)), dtype),
+            "b": rm.asarray(np.zeros(width), dtype)}
+
+
+def rnn_loss(params: dict, h0, xs, checkpoint=None):
+    """A tanh RNN over the leading (time) axis of `xs`; the loss is the mean square of every state."""
+
+    def cell(h, x):
+        h = rm.tanh(h @ params["wh"] + x @ params["wx"] + params["b"])
+        return h, rm.mean(h * h)
+
+    _, per_step = rm.scan(cell, h0, xs, checkpoint=checkpoint)
+    return rm.mean(per_step)

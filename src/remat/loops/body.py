@@ -1,0 +1,108 @@
+"""What every loop and branch does with the functions it is given: take their operands as a
+flat list of tensors, check what they return against what they must return (the same pytree of
+shapes and dtypes), keep a loop's state one type under vmap (`Carry`), and give several traced
+bodies one shared list of captured inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from remat import tree
+from remat.argcheck import describe, leaf_paths
+from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name
+from remat.graph import Graph, Var
+from remat.trace import Tensor, asarray, is_tensor_like, trace_function
+from remat.vectorize import _merge, align_to
+
+
+def tensor_leaves(value, loop: str, what: str) -> tuple[list[Tensor], tree.TreeDef]:
+    """The leaves of `value` as tensors; anything else is an error naming `loop` and the leaf."""
+    leaves, treedef = tree.flatten(value)
+    for leaf, path in zip(leaves, leaf_paths(value, what)):
+        if not is_tensor_like(leaf):
+            raise ArgumentTypeError(
+                f"{loop}: {path} is {describe(leaf)}, not a tensor; loop state and operands are pytrees "
+                "of tensors (pass other values through a closure)"
+            )
+    return [asarray(x) for x in leaves], treedef
+
+
+def type_of(t: Tensor) -> str:
+    return f"shape {t.shape} {t.dtype}"
+
+
+def check_like(loop: str, fn, what: str, got, ref, ref_tree: tree.TreeDef, ref_name: str) -> list[Tensor]:
+    """The leaves of `got` (what `fn` returned as `what`), which must have the structure, shapes
+    and dtypes of `ref` (the leaves of `ref_name`, structure `ref_tree`)."""
+    leaves, treedef = tree.flatten(got)
+    name = callable_name(fn)
+    if treedef != ref_tree:
+        raise ArgumentTypeError(
+            f"{loop}: {name} returned {what} of structure {treedef!r}, but {ref_name} has structure "
+            f"{ref_tree!r}; it must return the same structure on every step"
+        )
+    paths = leaf_paths(got, what)
+    out = []
+    for leaf, r, path in zip(leaves, ref, paths):
+        if not is_tensor_like(leaf):
+            raise ArgumentTypeError(f"{loop}: {name} returned {describe(leaf)} as {path}; it must return tensors")
+        t = asarray(leaf)
+        if t.shape != r.shape:
+            raise ShapeError(
+                f"{loop}: {name} returned {path} of shape {t.shape}, but {ref_name} has shape {r.shape}; "
+                "the loop state must keep its shape from step to step"
+            )
+        if t.dtype != r.dtype:
+            raise DTypeError(
+                f"{loop}: {name} returned {path} of dtype {t.dtype}, but {ref_name} has dtype {r.dtype}; "
+                f"cast it with .astype('{r.dtype}') (or start from that dtype)"
+            )
+        out.append(t)
+    return out
+
+
+def template(shape: tuple[int, ...], dtype, vaxes: tuple = ()) -> Tensor:
+    """A stand-in tensor of a type, to trace a body on: a broadcast zero, so it costs no memory."""
+    sizes = tuple(n for _, n in vaxes)
+    return Tensor._concrete(np.broadcast_to(np.zeros((), dtype), sizes + tuple(shape)), vaxes)
+
+
+def widen(graph: Graph, n_explicit: int, own: list[Var], shared: list[Var]) -> Graph:
+    """`graph` (inputs: explicit ones, then its captures `own`) taking all of `shared` as its
+    captures instead, in that order; the ones it does not read are new, unused inputs."""
+    mine = dict(zip(own, graph.inputs[n_explicit:]))
+    captures = [mine[v] if v in mine else Var(v.shape, v.dtype) for v in shared]
+    return Graph(graph.inputs[:n_explicit] + captures, graph.outputs, graph.nodes, graph.constants)
+
+
+def shared_captures(captured: list[list[Var]]) -> list[Var]:
+    """Every Var that one of several bodies captured, once, in order of first capture."""
+    return list(dict.fromkeys(v for vs in captured for v in vs))
+
+
+class Carry:
+    """A loop's state, whose every leaf keeps one type from step to step. A body may make a carry
+    vectorized over axes its start lacks (it met a vectorized x or capture); then the start is
+    vectorized over them too and the body traced again, as JAX's batching of loops does."""
+
+    def __init__(self, leaves: list[Tensor]):
+        self.leaves = leaves
+        self.wider: dict[int, tuple] = {}  # leaf -> the vectorized axes a body gave it
+
+    def keep_axes(self, i: int, t: Tensor) -> Tensor:
+        """`t`, the body's new value of leaf `i`, with exactly the leaf's vectorized axes."""
+        own = self.leaves[i]._vaxes
+        if {n for n, _ in t._vaxes} <= {n for n, _ in own}:
+            return align_to(t, own)
+        self.wider[i] = _merge([self.wider.get(i, own), t._vaxes])
+        return t
+
+    def trace(self, fns_and_args, names: list[str]) -> list:
+        """Trace each `(fn, args_of(carry_leaves))` until no body widens the carry."""
+        while True:
+            self.wider = {}
+            traced = [trace_function(fn, args(self.leaves), name=name) for (fn, args), name in zip(fns_and_args, names)]
+            if not self.wider:
+                return traced
+            for i, vaxes in self.wider.items():  # out here: inside, the new start would be a body tensor
+                self.leaves[i] = align_to(self.leaves[i], vaxes)

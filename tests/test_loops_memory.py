@@ -1,0 +1,57 @@
+"""Checkpointing a loop lowers the measured peak memory of a training step on the NumPy backend:
+the scanned 64-layer residual MLP against the same MLP unrolled, counted by the evaluator and
+checked against tracemalloc (the measurements are `benchmarks/loops.py`'s)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from loops import MLP_SIZE, RNN_SIZE, numpy_peak  # noqa: E402
+
+
+def _activation(size: dict) -> int:
+    return size["batch"] * size["width"] * 4
+
+
+def assert_counts_agree(row: dict, activation: int) -> None:
+    # What tracemalloc sees beside the evaluator's buffers: np.matmul's copy of a transposed
+    # operand (about one activation, for a moment), and the Python objects of the run, chiefly
+    # the memory timeline's entry per node run, which loops make long (row["timeline"] bytes).
+    slack = max(0.03 * row["tracemalloc"], 2.5 * activation)
+    assert row["evaluator"] - slack <= row["tracemalloc"] <= row["evaluator"] + row["timeline"] + slack, row
+
+
+@pytest.mark.slow
+def test_scanned_mlp_peak_per_schedule():
+    rows = {name: numpy_peak("mlp", name, MLP_SIZE) for name in ("unrolled", "plain", "body", "sqrt", "binomial")}
+    act = _activation(MLP_SIZE)
+    for row in rows.values():
+        assert_counts_agree(row, act)
+    unrolled = rows["unrolled"]["evaluator"]
+    assert unrolled >= 2 * MLP_SIZE["depth"] * act  # h and tanh's output per layer
+    assert rows["plain"]["evaluator"] <= 1.05 * unrolled  # the loop keeps what the unrolled step keeps
+    assert rows["body"]["evaluator"] <= 0.55 * unrolled
+    assert rows["sqrt"]["evaluator"] <= 0.25 * unrolled
+    assert rows["binomial"]["evaluator"] <= 0.15 * unrolled
+    losses = [r["loss"] for r in rows.values()]
+    assert max(losses) - min(losses) <= 1e-6 * max(losses)
+
+
+@pytest.mark.slow
+def test_rnn_over_1000_steps_peak_per_schedule():
+    rows = {name: numpy_peak("rnn", name, RNN_SIZE) for name in ("plain", "sqrt", "binomial")}
+    carry = _activation(RNN_SIZE)
+    for row in rows.values():
+        assert_counts_agree(row, carry)
+    assert rows["plain"]["evaluator"] >= RNN_SIZE["steps"] * carry
+    assert rows["sqrt"]["evaluator"] <= 0.15 * rows["plain"]["evaluator"]
+    # ceil(log2 1000) = 10 snapshots, the carry an advance makes, the cotangent and temporaries;
+    # the weights' gradient summed over the steps and one step's term; and the cotangent of xs,
+    # which the backward loop computes even when only the weights' gradient is wanted (a known
+    # gap: it is as large as xs).
+    width, inputs = RNN_SIZE["width"], 32
+    weights = (width * width + inputs * width + width) * 4
+    xs_bytes = RNN_SIZE["steps"] * RNN_SIZE["batch"] * inputs * 4
+    assert rows["binomial"]["evaluator"] <= xs_bytes + 2 * weights + (10 + 6) * carry
