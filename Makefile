@@ -29,3 +29,8 @@ lint: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
+
+# The long differential run (issue 10): random programs against JAX; FUZZ_ARGS="--count N --start S".
+.PHONY: fuzz
+fuzz: $(VENV)/.installed
+	$(PY) tests/fuzz_programs.py $(FUZZ_ARGS)

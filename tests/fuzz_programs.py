@@ -1,0 +1,1313 @@
+"""Differential fuzzing: random remat programs checked against the same programs in JAX.
+
+A program is a function of its seed. `generate(seed)` draws a small recipe — statements over
+float64 inputs with nested blocks: checkpoints with explicit inputs, with none, with tensors
+captured from enclosing scopes (and captures of captures), under every policy; `rm.remat`;
+`rm.vmap` over part of the program or over all of it; `rm.custom_vjp` — and renders it twice,
+as remat code and as jax.numpy code with `jax.checkpoint`, `jax.vmap` and `jax.custom_vjp` where
+remat has its blocks. `check(program)` runs the remat rendering eagerly and under `rm.jit` on
+the NumPy and the XLA backends and compares the loss, its gradient with respect to several
+inputs and, for some programs, a second-order gradient (the gradient of a directional
+derivative) with `jax.grad` in float64.
+
+The generator keeps every value inside a known interval, so no op meets a point where it is
+undefined or ill-conditioned: `log`, `sqrt`, division and `pow` see operands bounded away from
+zero, `exp` moderate ones, and large values are scaled down before they can grow further.
+Agreement is then expected to float64 rounding: RTOL and ATOL below.
+
+    python tests/fuzz_programs.py --count 10000 --start 0   # a campaign, with a progress count
+    python tests/fuzz_programs.py --seed 17                  # print one program and check it
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import itertools
+import math
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.ad_checkpoint import checkpoint_name as jax_checkpoint_name
+
+import remat as rm
+
+RTOL, ATOL = 1e-9, 1e-12
+MAX_SIZE = 48  # elements per value: programs stay small, so checking them stays fast
+MAX_DIM = 4
+MAX_DEPTH = 3  # blocks inside blocks
+MAX_INPUTS = 5
+MAX_STATEMENTS = 24
+TAME = 50.0  # operands of growing ops are scaled down beyond this magnitude
+NAMES = ("a", "b", "c")  # checkpoint_name tags
+
+# ---------------------------------------------------------------- the recipe
+
+
+@dataclasses.dataclass
+class Val:
+    """A value of the program being generated: its name, shape and an interval holding it."""
+
+    name: str
+    shape: tuple[int, ...]
+    lo: float
+    hi: float
+    scope: Scope
+    used: bool = False  # read by a later statement (unused values become outputs)
+
+    @property
+    def mag(self) -> float:
+        return max(abs(self.lo), abs(self.hi))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclasses.dataclass
+class Stmt:
+    """`out = <expression>`, written once per language."""
+
+    out: str
+    remat: str
+    jax: str
+
+
+@dataclasses.dataclass
+class Block:
+    """A nested function `body` and the statement(s) that call it as a block of `kind`."""
+
+    kind: str  # checkpoint | remat | vmap | custom_vjp | jit
+    style: str  # how the body is called: call | noinput | tuple | partial
+    outs: list[str]
+    args: list[str]
+    body: Body
+    options: dict
+
+
+@dataclasses.dataclass
+class Body:
+    name: str
+    params: list[str]
+    stmts: list
+    outs: list[str]
+    names: set[str] = dataclasses.field(default_factory=set)  # checkpoint_name tags it uses
+
+
+@dataclasses.dataclass
+class Scope:
+    """Where statements are being generated: the top level or a block's body."""
+
+    kind: str  # top | checkpoint | remat | vmap | custom_vjp | jit
+    parent: Scope | None
+    size_limit: int
+    vals: list[Val] = dataclasses.field(default_factory=list)
+    stmts: list = dataclasses.field(default_factory=list)
+    names: set[str] = dataclasses.field(default_factory=set)  # checkpoint_name tags used here
+
+    @property
+    def depth(self) -> int:
+        return 0 if self.parent is None else self.parent.depth + 1
+
+    @property
+    def sealed(self) -> bool:
+        """A custom_vjp body may read no traced tensor from outside: it sees its own values only."""
+        return self.kind == "custom_vjp"
+
+    def visible(self) -> list[Val]:
+        outer = [] if self.sealed or self.parent is None else self.parent.visible()
+        return outer + self.vals
+
+    def distance(self, v: Val) -> int:
+        """How many block boundaries lie between this scope and where `v` was made."""
+        s, n = self, 0
+        while s is not v.scope:
+            s, n = s.parent, n + 1
+        return n
+
+
+@dataclasses.dataclass
+class Program:
+    seed: int
+    input_names: list[str]
+    inputs: list[np.ndarray]
+    body: Body  # the loss: its statements, then the sum of the outputs weighted by `weights`
+    weights: list[np.ndarray]
+    argnums: int | tuple[int, ...]
+    in_axes: tuple | None  # vmap over the whole program: per-example losses and gradients
+    directions: list[np.ndarray] | None  # second order: grad of <grad, directions>
+    staged: bool  # the XLA execution mode
+    features: frozenset[str]
+
+    @property
+    def diff(self) -> tuple[int, ...]:
+        return (self.argnums,) if isinstance(self.argnums, int) else self.argnums
+
+    def source(self, lang: str) -> str:
+        """The loss function as `lang` ("remat" or "jax") code."""
+        params = ", ".join(self.input_names)
+        lines = [f"def loss({params}):", *_render_stmts(self.body.stmts, lang, "    ")]
+        ns = "rm" if lang == "remat" else "jnp"
+        terms = [f"{ns}.sum({o} * {_const(w)})" for o, w in zip(self.body.outs, self.weights)]
+        lines.append(f"    return {' + '.join(terms)}")
+        return "\n".join(lines) + "\n"
+
+    def script(self) -> str:
+        """A standalone remat script: the inputs, the loss and the calls the checker makes."""
+        head = [f"# remat fuzz program, seed {self.seed} ({', '.join(sorted(self.features))})",
+                "import functools", "", "import numpy as np", "", "import remat as rm", ""]
+        inputs = [f"{n} = {_const(x)}" for n, x in zip(self.input_names, self.inputs)]
+        args = ", ".join(self.input_names)
+        f = f"rm.value_and_grad(loss, {self.argnums!r})"
+        if self.in_axes is not None:
+            f = f"rm.vmap({f}, in_axes={self.in_axes!r})"
+        calls = ["", *self._calls(f, args)]
+        if self.directions is not None:
+            second = "second" if self.in_axes is None else f"rm.vmap(second, in_axes={self.in_axes!r})"
+            calls += ["", f"directions = [{', '.join(_const(d) for d in self.directions)}]", "",
+                      "def second(*xs):  # the gradient of <the gradient, directions>",
+                      "    def phi(*ys):",
+                      f"        grads = rm.grad(loss, {self.diff!r})(*ys)",
+                      "        return sum(rm.sum(g * d) for g, d in zip(grads, directions))",
+                      "", f"    return rm.grad(phi, {self.diff!r})(*xs)", "", *self._calls(second, args)]
+        return "\n".join(head + inputs + ["", self.source("remat")] + calls) + "\n"
+
+    def _calls(self, f: str, args: str) -> list[str]:
+        return [f"print({f}({args}))  # eager", f"print(rm.jit({f}, backend='numpy')({args}))",
+                f"print(rm.jit({f}, backend='xla', staged={self.staged})({args}))"]
+
+
+def _render_stmts(stmts: list, lang: str, indent: str) -> list[str]:
+    lines: list[str] = []
+    for s in stmts:
+        if isinstance(s, Stmt):
+            lines.append(f"{indent}{s.out} = {getattr(s, lang)}")
+        else:
+            lines += _render_block(s, lang, indent)
+    return lines
+
+
+_POLICIES = {
+    "none": (None, None),
+    "nothing": ("rm.policies.nothing_saveable", "jax.checkpoint_policies.nothing_saveable"),
+    "everything": ("rm.policies.everything_saveable", "jax.checkpoint_policies.everything_saveable"),
+    "dots": ("rm.policies.dots_saveable", "jax.checkpoint_policies.dots_saveable"),
+    "only": ("rm.policies.save_only_these_names({})", "jax.checkpoint_policies.save_only_these_names({})"),
+    "but": ("rm.policies.save_any_names_but_these({})", "jax.checkpoint_policies.save_any_names_but_these({})"),
+}
+
+
+def _policy(block: Block, lang: str) -> str | None:
+    text = _POLICIES[block.options["policy"]][lang == "jax"]
+    return None if text is None else text.format(", ".join(map(repr, block.options.get("names", ()))))
+
+
+def _render_block(b: Block, lang: str, indent: str) -> list[str]:
+    """The body as a nested `def`, then the statement calling it as a block."""
+    ns, body = ("rm" if lang == "remat" else "jax"), b.body
+    params, unpack = list(body.params), []
+    if b.style == "tuple":  # the first two explicit inputs travel as one tuple
+        params = [f"t_{body.name}"] + params[2:]
+        unpack = [f"{indent}    {body.params[0]}, {body.params[1]} = t_{body.name}"]
+    policy = _policy(b, lang) if b.kind in ("checkpoint", "remat") else None
+    lines = []
+    if b.kind == "remat":
+        lines.append(f"{indent}@{ns}.remat" if policy is None else
+                     f"{indent}@functools.partial({ns}.remat, policy={policy})")
+    lines += [f"{indent}def {body.name}({', '.join(params)}):", *unpack,
+              *_render_stmts(body.stmts, lang, indent + "    "),
+              f"{indent}    return {body.outs[0] if len(body.outs) == 1 else '(' + ', '.join(body.outs) + ')'}"]
+    if b.kind == "custom_vjp":  # the VJP is the body's own, recomputed from the saved inputs
+        c, f = f"c_{body.name}", body.name
+        lines += [f"{indent}{c} = {ns}.custom_vjp({f})",
+                  f"{indent}{c}.defvjp(lambda *xs: ({f}(*xs), xs), lambda xs, g: {ns}.vjp({f}, *xs)[1](g))"]
+    return lines + [f"{indent}{', '.join(b.outs)} = {_call(b, lang, policy)}"]
+
+
+def _call(b: Block, lang: str, policy: str | None) -> str:
+    ns, fn, args = ("rm" if lang == "remat" else "jax"), b.body.name, list(b.args)
+    if b.style == "tuple":
+        args = [f"({args[0]}, {args[1]})"] + args[2:]
+    if b.style == "partial":  # the first input is bound by functools.partial: a capture
+        fn, args = f"functools.partial({fn}, {args[0]})", args[1:]
+    kw = "" if policy is None else f", policy={policy}"
+    if b.kind == "checkpoint" and lang == "remat":
+        return f"rm.checkpoint({', '.join([fn] + args)}{kw})"
+    fn = {"checkpoint": f"jax.checkpoint({fn}{kw})", "remat": fn, "custom_vjp": f"c_{fn}",
+          "jit": f"{ns}.jit({fn})",  # inlined under a trace; run on the NumPy backend when eager
+          "vmap": f"{ns}.vmap({fn}, in_axes={b.options.get('in_axes')!r}, out_axes={b.options.get('out_axes')!r})",
+          }[b.kind]
+    return f"{fn}({', '.join(args)})"
+
+
+def _const(a: np.ndarray) -> str:
+    return f"np.array({a.tolist()!r})"
+
+
+# ---------------------------------------------------------------- the generator
+
+
+def _broadcast(*shapes) -> tuple[int, ...] | None:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        return None
+
+
+def _matmul_shape(a: tuple, b: tuple) -> tuple[int, ...] | None:
+    if not a or not b:
+        return None
+    a2, b2 = (a if len(a) > 1 else (1,) + a), (b if len(b) > 1 else b + (1,))
+    if a2[-1] != b2[-2]:
+        return None
+    batch = _broadcast(a2[:-2], b2[:-2])
+    if batch is None:
+        return None
+    return batch + (a2[-2],) * (len(a) > 1) + (b2[-1],) * (len(b) > 1)
+
+
+def _hull(*vals) -> tuple[float, float]:
+    return min(v.lo for v in vals), max(v.hi for v in vals)
+
+
+def _products(a, b) -> tuple[float, float]:
+    p = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
+    return min(p), max(p)
+
+
+class Generator:
+    """Draws one program from `seed`. Every choice goes through `self.rng`."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.ids = itertools.count()
+        self.features: set[str] = set()
+        self.per_example = self.chance(0.2)
+        self.batch = int(self.rng.integers(2, 4)) if self.per_example else 1
+        self.top = Scope("top", None, MAX_SIZE // self.batch)
+        self.scope = self.top
+        self.inputs: list[Val] = []
+        self.arrays: list[np.ndarray] = []
+        self.in_axes: list = []
+        self.statements = 0
+
+    # ------------------------------------------------------------ random choices
+
+    def chance(self, p: float) -> bool:
+        return bool(self.rng.random() < p)
+
+    def choice(self, options):
+        return options[int(self.rng.integers(len(options)))]
+
+    def weighted(self, table: dict):
+        keys = list(table)
+        p = np.array([table[k] for k in keys], float)
+        return keys[int(self.rng.choice(len(keys), p=p / p.sum()))]
+
+    def name(self, prefix: str = "v") -> str:
+        return f"{prefix}{next(self.ids)}"
+
+    def shape(self, limit: int | None = None) -> tuple[int, ...]:
+        limit = limit or self.scope.size_limit
+        while True:
+            rank = self.choice([0, 1, 1, 2, 2, 2, 3, 3])
+            s = tuple(int(self.rng.choice([1, 2, 2, 3, 3, 4])) for _ in range(rank))
+            if math.prod(s) <= limit:
+                return s
+
+    def values(self, shape, lo=-1.5, hi=1.5) -> np.ndarray:
+        # Four decimals: the printed program is short and exactly the one that ran.
+        return np.round(self.rng.uniform(lo, hi, shape), 4)
+
+    # ------------------------------------------------------------ values
+
+    def emit(self, remat: str, jax_: str, shape, lo: float, hi: float) -> Val:
+        v = Val(self.name(), tuple(shape), float(lo), float(hi), self.scope)
+        self.scope.stmts.append(Stmt(v.name, remat, jax_))
+        self.scope.vals.append(v)
+        return v
+
+    def same(self, template: str, *args: Val, shape, lo, hi, **kw) -> Val:
+        """A statement written once: `{np}` is rm or jnp, `{nn}` rm.nn or jax.nn."""
+        names = [a.name if isinstance(a, Val) else a for a in args]
+        r = template.format(*names, np="rm", nn="rm.nn", **kw)
+        j = template.format(*names, np="jnp", nn="jax.nn", **kw)
+        return self.emit(r, j, shape, lo, hi)
+
+    def new_input(self, shape) -> Val:
+        """A new argument of the program (made at the top level, so blocks capture it)."""
+        v = Val(f"x{len(self.inputs)}", tuple(shape), 0.0, 0.0, self.top)
+        axis = None
+        if self.per_example:  # the first input is always mapped
+            axis = 0 if not self.inputs else self.choice([0, -1, None, None])
+            if axis == -1 and not shape:
+                axis = 0
+        full = list(shape)
+        if axis is not None:
+            full.insert(axis if axis >= 0 else len(full), self.batch)
+        x = self.values(tuple(full))
+        v.lo, v.hi = float(x.min()), float(x.max())
+        self.inputs.append(v)
+        self.arrays.append(x)
+        self.in_axes.append(axis)
+        self.top.vals.insert(len(self.inputs) - 1, v)
+        return v
+
+    def fresh(self, shape) -> Val:
+        """An operand of `shape`: a new input where one can be read, else a constant."""
+        shape = tuple(shape)
+        s = self.scope
+        while s is not None and not s.sealed:
+            s = s.parent
+        if s is None and len(self.inputs) < MAX_INPUTS and self.chance(0.7):
+            return self.new_input(shape)
+        x = self.values(shape, -1.0, 1.0)
+        return self.emit(_const(x), _const(x), shape, x.min(), x.max())
+
+    def pick(self, pred: Callable[[Val], bool] = lambda v: True) -> Val | None:
+        """A visible value satisfying `pred`, recent ones and the block's own ones first."""
+        own = [v for v in self.scope.vals if pred(v)]
+        seen = [v for v in self.scope.visible() if pred(v)]
+        if not seen:
+            return None
+        pool = own if own and self.chance(0.5) else seen
+        v = self.choice(pool[-3:]) if self.chance(0.5) else self.choice(pool)
+        v.used = True
+        d = self.scope.distance(v)
+        if d:
+            self.features.add(f"capture in {self.scope.kind}")
+        if d >= 2:
+            self.features.add("capture of a capture")
+        return v
+
+    def operand(self, pred: Callable[[Val], bool] = lambda v: True, shape=None) -> Val:
+        v = self.pick(pred)
+        if v is None:
+            v = self.fresh(shape if shape is not None else self.shape())
+        return self.tame(v)
+
+    def tame(self, v: Val) -> Val:
+        """`v`, scaled down first when it is large enough for products and exp to overflow
+        or lose precision."""
+        if v.mag <= TAME:
+            return v
+        if self.chance(0.5):
+            return self.same("{np}.tanh({0})", v, shape=v.shape, lo=math.tanh(v.lo), hi=math.tanh(v.hi))
+        k = 10.0 ** -math.ceil(math.log10(v.mag))
+        return self.same("{0} * {k!r}", v, k=k, shape=v.shape, lo=v.lo * k, hi=v.hi * k)
+
+    def positive(self, v: Val) -> Val:
+        """`v` or a function of it bounded below by 0.05: what log, sqrt, / and pow need."""
+        if v.lo >= 0.05:
+            return v
+        v = self.tame(v)
+        sq = v.mag**2
+        options = [("{0} * {0} + 0.5", 0.5, sq + 0.5), ("1.5 + {np}.sin({0})", 0.5, 2.5),
+                   ("{np}.exp({np}.tanh({0}))", math.exp(-1), math.e), ("{nn}.sigmoid({0}) + 0.25", 0.25, 1.25),
+                   ("{np}.sqrt({0} * {0} + 1.0)", 1.0, math.sqrt(sq + 1))]
+        if -3 <= v.lo and v.hi <= 4:
+            options.append(("{np}.exp({0})", math.exp(v.lo), math.exp(v.hi)))
+        t, lo, hi = self.choice(options)
+        return self.same(t, v, shape=v.shape, lo=lo, hi=hi)
+
+    def fits(self, shape) -> bool:
+        return shape is not None and math.prod(shape) <= self.scope.size_limit
+
+    # ------------------------------------------------------------ statements
+
+    def statement(self) -> Val | None:
+        self.statements += 1
+        kinds = {"unary": 4, "binary": 5, "matmul": 2.5, "reduce": 2, "shape": 3.5, "index": 2,
+                 "nn": 2.5, "special": 0.7}
+        if self.scope.depth < MAX_DEPTH and self.statements < MAX_STATEMENTS - 3:
+            kinds["block"] = 7 if self.scope.depth == 0 else 4
+        if self.scope.kind in ("checkpoint", "remat"):
+            kinds["name"] = 3
+        for _ in range(20):
+            v = getattr(self, "gen_" + self.weighted(kinds))()
+            if v is not None:
+                return v
+        raise RuntimeError("no statement fits")  # unreachable: unary always fits
+
+    def gen_unary(self) -> Val:
+        v = self.operand()
+        op = self.weighted({"neg": 1, "abs": 1, "exp": 1.5, "log": 1.5, "log1p": 1, "sqrt": 1,
+                            "square": 1, "sin": 1, "cos": 1, "tanh": 1.5, "sign": 0.3, "clip": 1,
+                            "ipow": 1, "stop": 0.4, "method": 0.5})
+        s = v.shape
+        if op == "neg":
+            return self.same(self.choice(["-{0}", "{np}.negative({0})"]), v, shape=s, lo=-v.hi, hi=-v.lo)
+        if op == "abs":
+            lo = 0.0 if v.lo <= 0 <= v.hi else min(abs(v.lo), abs(v.hi))
+            return self.same(self.choice(["abs({0})", "{np}.abs({0})"]), v, shape=s, lo=lo, hi=v.mag)
+        if op == "exp":
+            if v.hi > 4 or v.lo < -30:
+                v = self.same("{np}.tanh({0})", v, shape=s, lo=math.tanh(v.lo), hi=math.tanh(v.hi))
+            return self.same("{np}.exp({0})", v, shape=s, lo=math.exp(v.lo), hi=math.exp(v.hi))
+        if op in ("log", "sqrt"):
+            v = self.positive(v)
+            f = math.log if op == "log" else math.sqrt
+            return self.same(f"{{np}}.{op}({{0}})", v, shape=s, lo=f(v.lo), hi=f(v.hi))
+        if op == "log1p":
+            v = self.positive(v)
+            return self.same("{np}.log1p({0})", v, shape=s, lo=math.log1p(v.lo), hi=math.log1p(v.hi))
+        if op == "square":
+            lo = 0.0 if v.lo <= 0 <= v.hi else min(v.lo**2, v.hi**2)
+            return self.same("{np}.square({0})", v, shape=s, lo=lo, hi=v.mag**2)
+        if op in ("sin", "cos"):
+            return self.same(f"{{np}}.{op}({{0}})", v, shape=s, lo=-1, hi=1)
+        if op == "tanh":
+            return self.same("{np}.tanh({0})", v, shape=s, lo=math.tanh(v.lo), hi=math.tanh(v.hi))
+        if op == "sign":
+            return self.same("{np}.sign({0})", v, shape=s, lo=-1, hi=1)
+        if op == "clip":
+            a, b = sorted(np.round(self.rng.uniform(-1.2, 1.2, 2), 3).tolist())
+            which = self.choice(["both", "min", "max"])
+            args = {"both": f"{a!r}, {b!r}", "min": f"min={a!r}", "max": f"max={b!r}"}[which]
+            lo = max(v.lo, a) if which != "max" else v.lo
+            hi = min(v.hi, b) if which != "min" else v.hi
+            lo, hi = (min(lo, hi), max(lo, hi))
+            return self.same(f"{{np}}.clip({{0}}, {args})", v, shape=s, lo=lo, hi=hi)
+        if op == "ipow":  # an integer power: any sign of base
+            k = self.choice([2, 3])
+            lo = -(v.mag**k) if k == 3 else 0.0
+            return self.same(f"{{0}} ** {k}", v, shape=s, lo=lo, hi=v.mag**k)
+        if op == "stop":
+            self.features.add("stop_gradient")
+            return self.emit(f"rm.stop_gradient({v.name})", f"jax.lax.stop_gradient({v.name})", s, v.lo, v.hi)
+        # a method: .T, .sum(), .mean(), .reshape(...)
+        if v.ndim >= 2 and self.chance(0.4):
+            return self.same("{0}.T", v, shape=s[::-1], lo=v.lo, hi=v.hi)
+        if v.ndim >= 1 and self.chance(0.5):
+            m = self.choice(["sum", "mean"])
+            n = v.shape[-1] if m == "sum" else 1
+            return self.same(f"{{0}}.{m}(axis=-1)", v, shape=s[:-1], lo=min(v.lo * n, v.lo), hi=max(v.hi * n, v.hi))
+        return self.same("{0}.reshape(-1)", v, shape=(v.size,), lo=v.lo, hi=v.hi)
+
+    def partner(self, a: Val) -> Val:
+        """An operand that broadcasts against `a` (an existing value when one fits)."""
+        if self.chance(0.6):
+            b = self.pick(lambda v: v is not a and self.fits(_broadcast(v.shape, a.shape)))
+            if b is not None:
+                return self.tame(b)
+        keep = int(self.rng.integers(0, a.ndim + 1))
+        s = [1 if self.chance(0.25) else n for n in a.shape[a.ndim - keep :]]
+        s = [self.choice([2, 3]) if n == 1 and self.chance(0.3) else n for n in s]
+        if self.chance(0.15):
+            s.insert(0, self.choice([2, 3]))
+        if not self.fits(_broadcast(tuple(s), a.shape)):
+            s = list(a.shape)
+        return self.fresh(tuple(s))
+
+    def gen_binary(self) -> Val:
+        a = self.operand()
+        op = self.weighted({"add": 2, "sub": 1.5, "mul": 2, "div": 1.5, "pow": 1, "max": 1, "min": 1,
+                            "where": 1.5})
+        form = self.weighted({"tensor": 3, "scalar": 1})
+        if op == "where":
+            return self.gen_where(a)
+        if form == "scalar":
+            return self.binary_scalar(a, op)
+        b = self.partner(a)
+        swap = self.chance(0.3)
+        if op == "div":
+            b = self.positive(b)
+            lo, hi = _products(a, Val("", (), 1 / b.hi, 1 / b.lo, self.scope))
+        elif op == "pow":
+            a, swap = self.positive(a), False
+            if b.mag > 2:
+                b = self.same("{np}.tanh({0})", b, shape=b.shape, lo=math.tanh(b.lo), hi=math.tanh(b.hi))
+            corners = [x**y for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
+            lo, hi = min(corners), max(corners)
+        elif op in ("add", "sub"):
+            lo, hi = (a.lo + b.lo, a.hi + b.hi) if op == "add" else (a.lo - b.hi, a.hi - b.lo)
+            if op == "sub" and swap:
+                lo, hi = -hi, -lo
+        elif op == "mul":
+            lo, hi = _products(a, b)
+        else:
+            f = max if op == "max" else min
+            lo, hi = f(a.lo, b.lo), f(a.hi, b.hi)
+        if op in ("div", "pow"):
+            swap = False
+        x, y = (b, a) if swap else (a, b)
+        shape = _broadcast(a.shape, b.shape)
+        sym = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**"}.get(op)
+        fn = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "pow": "pow",
+              "max": "maximum", "min": "minimum"}[op]
+        if sym and self.chance(0.6):
+            return self.same(f"{{0}} {sym} {{1}}", x, y, shape=shape, lo=lo, hi=hi)
+        return self.same(f"{{np}}.{fn}({{0}}, {{1}})", x, y, shape=shape, lo=lo, hi=hi)
+
+    def binary_scalar(self, a: Val, op: str) -> Val:
+        """`a` with a Python number, which takes `a`'s dtype (a weak scalar)."""
+        c = self.choice([0.5, 1.5, 2.0, -0.75, 3, 0.1, -2, 0.3])
+        s = a.shape
+        if op == "div":
+            if self.chance(0.5):
+                p = self.positive(a)
+                return self.same(f"{c!r} / {{0}}", p, shape=s, lo=min(c / p.lo, c / p.hi), hi=max(c / p.lo, c / p.hi))
+            return self.same(f"{{0}} / {c!r}", a, shape=s, lo=min(a.lo / c, a.hi / c), hi=max(a.lo / c, a.hi / c))
+        if op == "pow":
+            p = self.positive(a)
+            e = self.choice([0.5, 1.5, -1, -0.5, 2.5, 2])
+            vals = [p.lo**e, p.hi**e]
+            return self.same(f"{{0}} ** {e!r}", p, shape=s, lo=min(vals), hi=max(vals))
+        if op in ("max", "min"):
+            f = max if op == "max" else min
+            return self.same(f"{{np}}.{'maximum' if op == 'max' else 'minimum'}({{0}}, {c!r})", a, shape=s,
+                             lo=f(a.lo, c), hi=f(a.hi, c))
+        sym = {"add": "+", "sub": "-", "mul": "*"}[op]
+        vals = [a.lo + c, a.hi + c] if op == "add" else [a.lo - c, a.hi - c, c - a.lo, c - a.hi] if op == "sub" \
+            else [a.lo * c, a.hi * c]
+        if self.chance(0.5):
+            return self.same(f"{c!r} {sym} {{0}}", a, shape=s, lo=min(vals), hi=max(vals))
+        return self.same(f"{{0}} {sym} {c!r}", a, shape=s, lo=min(vals), hi=max(vals))
+
+    def gen_where(self, a: Val) -> Val:
+        b = self.partner(a) if self.chance(0.7) else None
+        branches = [a, b] if b is not None else [a]
+        c = self.choice(branches)
+        t = float(np.round(self.rng.uniform(c.lo, c.hi) if c.hi > c.lo else c.lo, 3))
+        cond = self.choice([f"{c.name} > {t!r}", f"{c.name} < {t!r}", f"{{np}}.less({c.name}, {t!r})",
+                            f"{{np}}.logical_not({c.name} >= {t!r})",
+                            f"{{np}}.logical_or({c.name} < {t!r}, {c.name} > {t + 0.5!r})",
+                            f"{{np}}.logical_and({c.name} > {t - 0.5!r}, {c.name} < {t!r})"])
+        if b is None:
+            z = self.choice([0.0, 1.0])
+            lo, hi = min(a.lo, z), max(a.hi, z)
+            if self.chance(0.5):
+                return self.same(f"{{np}}.where({cond}, {{0}}, {z!r})", a, shape=a.shape, lo=lo, hi=hi)
+            return self.same(f"{{np}}.where({cond}, {z!r}, {{0}})", a, shape=a.shape, lo=lo, hi=hi)
+        return self.same(f"{{np}}.where({cond}, {{0}}, {{1}})", a, b, shape=_broadcast(a.shape, b.shape),
+                         lo=min(a.lo, b.lo), hi=max(a.hi, b.hi))
+
+    def gen_matmul(self) -> Val:
+        if self.chance(0.25):
+            return self.gen_tensordot()
+        a = self.operand(lambda v: v.ndim >= 1, shape=self.shape()[:2] or (3,))
+        if a.ndim == 0:
+            return None
+        right = self.chance(0.75)  # a @ b, else b @ a
+        fits = (lambda v: self.fits(_matmul_shape(a.shape, v.shape))) if right else \
+               (lambda v: self.fits(_matmul_shape(v.shape, a.shape)))
+        b = self.pick(lambda v: v.ndim >= 1 and fits(v)) if self.chance(0.6) else None
+        if b is None:
+            k = a.shape[-1] if right else a.shape[-2] if a.ndim >= 2 else a.shape[0]
+            n = int(self.rng.integers(1, 5))
+            shape = self.choice([(k, n), (k, n), (k,)]) if right else self.choice([(n, k), (k,)])
+            if not (fits(Val("", shape, 0, 0, self.scope))):
+                return None
+            b = self.fresh(shape)
+        b = self.tame(b)
+        x, y = (a, b) if right else (b, a)
+        k = x.shape[-1]
+        m = k * x.mag * y.mag
+        return self.same(self.choice(["{0} @ {1}", "{np}.matmul({0}, {1})"]), x, y,
+                         shape=_matmul_shape(x.shape, y.shape), lo=-m, hi=m)
+
+    def gen_tensordot(self) -> Val | None:
+        a = self.operand(lambda v: v.ndim >= 1)
+        if a.ndim == 0:
+            return None
+        n = int(self.rng.integers(1, min(a.ndim, 2) + 1))
+        if self.chance(0.5):  # axes as an int: a's last n against b's first n
+            b = self.pick(lambda v: v.shape[:n] == a.shape[a.ndim - n:] and
+                          self.fits(a.shape[:a.ndim - n] + v.shape[n:]))
+            if b is None:
+                extra = self.choice([(), (2,), (3,)])
+                if not self.fits(a.shape[:a.ndim - n] + extra):
+                    return None
+                b = self.fresh(a.shape[a.ndim - n:] + extra)
+            b = self.tame(b)
+            shape, axes = a.shape[:a.ndim - n] + b.shape[n:], repr(n)
+            k = math.prod(a.shape[a.ndim - n:])
+        else:  # one axis of a against one axis of b, as ([i], [j]), maybe negative
+            i = int(self.rng.integers(a.ndim))
+            b = self.pick(lambda v: a.shape[i] in v.shape)
+            if b is None:
+                b = self.fresh(self.choice([(a.shape[i],), (a.shape[i], 2), (3, a.shape[i])]))
+            b = self.tame(b)
+            j = self.choice([d for d in range(b.ndim) if b.shape[d] == a.shape[i]])
+            shape = a.shape[:i] + a.shape[i + 1:] + b.shape[:j] + b.shape[j + 1:]
+            if not self.fits(shape):
+                return None
+            ii = i - a.ndim if self.chance(0.3) else i
+            axes, k = f"([{ii}], [{j}])", a.shape[i]
+        m = k * a.mag * b.mag
+        return self.same(f"{{np}}.tensordot({{0}}, {{1}}, axes={axes})", a, b, shape=shape, lo=-m, hi=m)
+
+    def axes_arg(self, ndim: int, allow_none=True):
+        """A reduction's `axis`: None, an int or a tuple, sometimes negative."""
+        options = ["int", "tuple"] if ndim >= 2 else ["int"]
+        if allow_none:
+            options.append("none")
+        kind = self.choice(options) if ndim else "none"
+        if kind == "none":
+            return None, tuple(range(ndim))
+        if kind == "int":
+            a = int(self.rng.integers(ndim))
+            return (a - ndim if self.chance(0.3) else a), (a,)
+        axes = sorted(self.rng.choice(ndim, size=2, replace=False).tolist())
+        return tuple(a - ndim if self.chance(0.3) else a for a in axes), tuple(axes)
+
+    def gen_reduce(self) -> Val:
+        v = self.operand()
+        op = self.weighted({"sum": 3, "mean": 2, "prod": 1, "max": 1.5, "min": 1, "logsumexp": 1.5})
+        axis, axes = self.axes_arg(v.ndim)
+        keep = self.chance(0.3)
+        n = math.prod(v.shape[a] for a in axes)
+        if op == "prod" and (n > 4 or v.mag > 1.6):
+            op = "sum"
+        shape = tuple(1 if i in axes else d for i, d in enumerate(v.shape)) if keep else \
+            tuple(d for i, d in enumerate(v.shape) if i not in axes)
+        lo, hi = {"sum": (min(v.lo * n, v.lo), max(v.hi * n, v.hi)), "mean": (v.lo, v.hi),
+                  "prod": (-(max(v.mag, 1) ** n), max(v.mag, 1) ** n), "max": (v.lo, v.hi), "min": (v.lo, v.hi),
+                  "logsumexp": (v.lo, v.hi + math.log(n))}[op]
+        args = f"axis={axis!r}" + (", keepdims=True" if keep else "")
+        fn = "{nn}.logsumexp" if op == "logsumexp" else f"{{np}}.{op}"
+        return self.same(f"{fn}({{0}}, {args})", v, shape=shape, lo=lo, hi=hi)
+
+    def gen_shape(self) -> Val | None:
+        v = self.operand()
+        op = self.weighted({"reshape": 2, "permute": 1.5, "transpose": 0.7, "mT": 0.7, "expand": 1,
+                            "squeeze": 1, "broadcast": 1.5, "concat": 1.5, "stack": 1, "flip": 1, "pad": 1,
+                            "slice": 0.7})
+        s, lo, hi = v.shape, v.lo, v.hi
+        if op == "reshape":
+            shape = self.factor(v.size)
+            target = list(shape)
+            if target and self.chance(0.3):
+                target[int(self.rng.integers(len(target)))] = -1
+            return self.same(f"{{np}}.reshape({{0}}, {tuple(target)!r})", v, shape=shape, lo=lo, hi=hi)
+        if op == "permute" and v.ndim >= 2:
+            perm = self.rng.permutation(v.ndim).tolist()
+            shown = tuple(p - v.ndim if self.chance(0.2) else p for p in perm)
+            # jnp.permute_dims rejects negative axes; remat takes them (as jnp.transpose does)
+            return self.emit(f"rm.permute_dims({v.name}, {shown!r})", f"jnp.permute_dims({v.name}, {tuple(perm)!r})",
+                             tuple(s[p] for p in perm), lo, hi)
+        if op == "transpose" and v.ndim >= 2:
+            return self.same("{np}.transpose({0})", v, shape=s[::-1], lo=lo, hi=hi)
+        if op == "mT" and v.ndim >= 2:
+            return self.same("{np}.matrix_transpose({0})", v, shape=s[:-2] + (s[-1], s[-2]), lo=lo, hi=hi)
+        if op == "expand" and v.ndim < 4:
+            a = int(self.rng.integers(-v.ndim - 1, v.ndim + 1))
+            shape = list(s)
+            shape.insert(a if a >= 0 else v.ndim + 1 + a, 1)
+            return self.same(f"{{np}}.expand_dims({{0}}, {a})", v, shape=shape, lo=lo, hi=hi)
+        if op == "squeeze" and 1 in s:
+            ones = [i for i, d in enumerate(s) if d == 1]
+            axis = self.choice([None, ones[0], ones[-1] - v.ndim, tuple(ones)])
+            drop = ones if axis is None or isinstance(axis, tuple) else [axis % v.ndim]
+            shape = tuple(d for i, d in enumerate(s) if i not in drop)
+            return self.same(f"{{np}}.squeeze({{0}}, axis={axis!r})", v, shape=shape, lo=lo, hi=hi)
+        if op == "broadcast":
+            shape = [self.choice([2, 3]) if d == 1 and self.chance(0.7) else d for d in s]
+            if self.chance(0.5) or shape == list(s):
+                shape.insert(0, self.choice([1, 2, 3]))
+            if not self.fits(shape) or len(shape) > 4:
+                return None
+            return self.same(f"{{np}}.broadcast_to({{0}}, {tuple(shape)!r})", v, shape=shape, lo=lo, hi=hi)
+        if op == "concat" and v.ndim >= 1:
+            a = int(self.rng.integers(v.ndim))
+            like = lambda w: w.ndim == v.ndim and all(w.shape[i] == s[i] for i in range(v.ndim) if i != a)  # noqa: E731
+            parts = [v]
+            for _ in range(int(self.rng.integers(1, 3))):
+                w = self.pick(like) if self.chance(0.6) else None
+                if w is None:
+                    shape = list(s)
+                    shape[a] = int(self.rng.integers(1, 4))
+                    w = self.fresh(shape)
+                parts.append(w)
+            self.rng.shuffle(parts)
+            shape = list(s)
+            shape[a] = sum(w.shape[a] for w in parts)
+            if not self.fits(shape):
+                return None
+            names = "[" + ", ".join(w.name for w in parts) + "]"
+            lo, hi = _hull(*parts)
+            shown = a - v.ndim if self.chance(0.3) else a
+            return self.same(f"{{np}}.concat({names}, axis={shown})", shape=shape, lo=lo, hi=hi)
+        if op == "stack":
+            k = int(self.rng.integers(1, 3))
+            parts = [v] + [self.pick(lambda w: w.shape == s) or self.fresh(s) for _ in range(k)]
+            a = int(self.rng.integers(-v.ndim - 1, v.ndim + 1))
+            shape = list(s)
+            shape.insert(a if a >= 0 else v.ndim + 1 + a, len(parts))
+            if not self.fits(shape):
+                return None
+            lo, hi = _hull(*parts)
+            names = "[" + ", ".join(w.name for w in parts) + "]"
+            return self.same(f"{{np}}.stack({names}, axis={a})", shape=shape, lo=lo, hi=hi)
+        if op == "flip":
+            axis, _ = self.axes_arg(v.ndim)
+            return self.same(f"{{np}}.flip({{0}}, axis={axis!r})", v, shape=s, lo=lo, hi=hi)
+        if op == "pad" and v.ndim >= 1:
+            cfg = [(int(self.rng.integers(0, 3)), int(self.rng.integers(0, 3)), int(self.chance(0.3))) for _ in s]
+            shape = tuple(d + a + b + max(d - 1, 0) * i for d, (a, b, i) in zip(s, cfg))
+            if not self.fits(shape):
+                return None
+            lows, highs, inner = (tuple(c[k] for c in cfg) for k in range(3))
+            return self.emit(f"rm.pad({v.name}, {lows!r}, {highs!r}, {inner!r})",
+                             f"jax.lax.pad({v.name}, np.float64(0), {tuple(cfg)!r})", shape, min(lo, 0), max(hi, 0))
+        if op == "slice" and v.ndim >= 1:
+            start = tuple(int(self.rng.integers(0, d)) for d in s)
+            stop = tuple(int(self.rng.integers(a + 1, d + 1)) for a, d in zip(start, s))
+            step = tuple(int(self.rng.integers(1, 3)) for _ in s)
+            shape = tuple(len(range(a, b, c)) for a, b, c in zip(start, stop, step))
+            return self.emit(f"rm.slice({v.name}, {start!r}, {stop!r}, {step!r})",
+                             f"jax.lax.slice({v.name}, {start!r}, {stop!r}, {step!r})", shape, lo, hi)
+        return None
+
+    def factor(self, size: int) -> tuple[int, ...]:
+        """A random shape with `size` elements."""
+        dims = []
+        rest = size
+        for _ in range(int(self.rng.integers(0, 4))):
+            divisors = [d for d in range(1, rest + 1) if rest % d == 0]
+            d = self.choice(divisors)
+            dims.append(d)
+            rest //= d
+        if rest > 1 or not dims and size != 1:
+            dims.append(rest)
+        self.rng.shuffle(dims)
+        return tuple(dims)
+
+    def gen_index(self) -> Val | None:
+        v = self.operand(lambda w: w.ndim >= 1)
+        if v.ndim == 0:
+            return None
+        op = self.weighted({"basic": 3, "array": 1.5, "take": 1.5, "index_add": 1, "argmax": 0.7})
+        if op == "basic":
+            return self.basic_index(v)
+        if op == "array":
+            return self.array_index(v)
+        if op == "take":
+            axis = self.choice([None] + list(range(v.ndim)) + [-1])
+            n = v.size if axis is None else v.shape[axis]
+            idx = self.rng.integers(-n, n, size=self.choice([(2,), (3,), (2, 2), ()]))
+            shape = (np.empty(v.shape)).take(idx, axis=axis).shape if axis is not None else idx.shape
+            if not self.fits(shape):
+                return None
+            return self.same(f"{{np}}.take({{0}}, {_const(idx)}, axis={axis!r})", v, shape=shape, lo=v.lo, hi=v.hi)
+        if op == "index_add":
+            axis = int(self.rng.integers(v.ndim))
+            n = v.shape[axis]
+            idx = self.rng.integers(-n, n, size=self.choice([(2,), (3,)]))
+            ushape = v.shape[:axis] + idx.shape + v.shape[axis + 1:]
+            if not self.fits(ushape):
+                return None
+            u = self.tame(self.pick(lambda w: w.shape == ushape) or self.fresh(ushape))
+            reps = max(np.bincount(idx % n))
+            lo, hi = v.lo + reps * min(u.lo, 0), v.hi + reps * max(u.hi, 0)
+            at = ":, " * axis + _const(idx)
+            return self.emit(f"rm.index_add({v.name}, {_const(idx)}, {u.name}, axis={axis})",
+                             f"jnp.asarray({v.name}).at[{at}].add({u.name})", v.shape, lo, hi)
+        # A traced index: the argmax of another value, which takes from `v` along an axis.
+        w = self.pick(lambda w: w.ndim >= 1 and w is not v)
+        if w is None:
+            return None
+        wa = int(self.rng.integers(w.ndim))
+        axis = self.choice([a for a in range(v.ndim) if v.shape[a] >= w.shape[wa]] or [None])
+        if axis is None:
+            return None
+        ishape = w.shape[:wa] + w.shape[wa + 1:]
+        shape = v.shape[:axis] + ishape + v.shape[axis + 1:]
+        if not self.fits(shape):
+            return None
+        self.features.add("traced index")
+        return self.same(f"{{np}}.take({{0}}, {{np}}.argmax({{1}}, axis={wa}), axis={axis})", v, w,
+                         shape=shape, lo=v.lo, hi=v.hi)
+
+    def basic_index(self, v: Val) -> Val | None:
+        items: list = []
+        for n in v.shape:
+            r = self.rng.random()
+            if r < 0.3:
+                items.append(int(self.rng.integers(-n, n)))
+            elif r < 0.75:
+                step = self.choice([None, None, 2, -1, -2])
+                a = self.choice([None, int(self.rng.integers(-n, n))])
+                b = self.choice([None, int(self.rng.integers(-n, n + 1))])
+                sl = slice(a, b, step)
+                if not len(range(*sl.indices(n))):
+                    sl = slice(None, None, step)
+                items.append(sl)
+            else:
+                items.append(slice(None))
+        if self.chance(0.3):
+            items.insert(int(self.rng.integers(len(items) + 1)), None)
+        if self.chance(0.25):
+            k = int(self.rng.integers(len(items) + 1))
+            j = int(self.rng.integers(k, len(items) + 1))
+            items[k:j] = [Ellipsis]
+        while items and items[-1] == slice(None) and self.chance(0.7):
+            items.pop()
+        shape = np.empty(v.shape)[tuple(items)].shape
+        if 0 in shape:
+            return None
+        text = ", ".join(_index_text(i) for i in items) if items else "..."
+        return self.same(f"{{0}}[{text}]", v, shape=shape, lo=v.lo, hi=v.hi)
+
+    def array_index(self, v: Val) -> Val | None:
+        """One integer array along one axis, with ints and slices elsewhere (NumPy's rules:
+        an int separated from the array moves the array's axes first)."""
+        at = int(self.rng.integers(v.ndim))
+        items: list = []
+        for i, n in enumerate(v.shape):
+            if i == at:
+                items.append(self.rng.integers(-n, n, size=self.choice([(2,), (3,), (2, 2), (1,)])))
+            elif self.chance(0.3):
+                items.append(int(self.rng.integers(-n, n)))
+            else:
+                items.append(slice(None))
+        shape = np.empty(v.shape)[tuple(items)].shape
+        if not self.fits(shape):
+            return None
+        text = ", ".join(_const(i) if isinstance(i, np.ndarray) else _index_text(i) for i in items)
+        return self.same(f"{{0}}[{text}]", v, shape=shape, lo=v.lo, hi=v.hi)
+
+    def gen_nn(self) -> Val | None:
+        v = self.operand()
+        op = self.weighted({"relu": 1, "gelu": 1, "sigmoid": 1, "softmax": 1.5, "log_softmax": 1.5,
+                            "layer_norm": 1.5, "cross_entropy": 0.8, "dropout": 0.8})
+        s = v.shape
+        if op == "relu":
+            return self.same("{nn}.relu({0})", v, shape=s, lo=max(v.lo, 0), hi=max(v.hi, 0))
+        if op == "gelu":
+            return self.emit(f"rm.nn.gelu({v.name})", f"jax.nn.gelu({v.name}, approximate=True)", s,
+                             min(-0.2, v.lo), max(v.hi, 0))
+        if op == "sigmoid":
+            return self.same("{nn}.sigmoid({0})", v, shape=s, lo=0, hi=1)
+        if v.ndim == 0:
+            return None
+        if op in ("softmax", "log_softmax"):
+            axis, axes = self.axes_arg(v.ndim, allow_none=False)
+            n = math.prod(v.shape[a] for a in axes)
+            spread = v.hi - v.lo
+            lo, hi = (math.exp(-spread) / n, 1.0) if op == "softmax" else (-spread - math.log(n), 0.0)
+            return self.same(f"{{nn}}.{op}({{0}}, axis={axis!r})", v, shape=s, lo=lo, hi=hi)
+        if op == "layer_norm":
+            axis, axes = self.axes_arg(v.ndim, allow_none=False)
+            if axes != tuple(range(v.ndim - len(axes), v.ndim)):
+                axis, axes = -1, (v.ndim - 1,)
+            n = math.prod(v.shape[a] for a in axes)
+            tail = v.shape[v.ndim - len(axes):]
+            g = self.tame(self.fresh(tail)) if self.chance(0.6) else None
+            b = self.tame(self.fresh(tail)) if self.chance(0.5) else None
+            m = math.sqrt(n) * (g.mag if g else 1) + (b.mag if b else 0)
+            gn, bn = (g.name if g else "None"), (b.name if b else "None")
+            return self.emit(f"rm.nn.layer_norm({v.name}, {gn}, {bn}, axis={axis!r})",
+                             f"ref_layer_norm({v.name}, {gn}, {bn}, axis={axis!r})", s, -m, m)
+        if op == "cross_entropy":
+            labels = self.rng.integers(0, s[-1], size=s[:-1])
+            spread = v.hi - v.lo
+            return self.emit(f"rm.nn.cross_entropy({v.name}, {_const(labels)})",
+                             f"ref_cross_entropy({v.name}, {_const(labels)})", (), 0.0, spread + math.log(s[-1]))
+        # dropout: the mask is remat's (a function of the key); JAX applies the same mask
+        key, rate = int(self.rng.integers(100)), self.choice([0.25, 0.5])
+        mask = np.asarray(rm.random.bernoulli(rm.random.key(key), 1.0 - rate, s))
+        k = 1.0 / (1.0 - rate)
+        self.features.add("dropout")
+        return self.emit(f"rm.nn.dropout(rm.random.key({key}), {v.name}, {rate!r})",
+                         f"jnp.where({_const(mask)}, {v.name} * {k!r}, 0.0)", s, min(v.lo * k, 0), max(v.hi * k, 0))
+
+    def gen_special(self) -> Val:
+        """Odd corners: the same tensor twice in one op, a no-op cast, tensors created inside
+        the program (constants of the trace, vectorized when they meet vectorized values)."""
+        v = self.operand()
+        kind = self.choice(["twice", "twice", "cast", "like", "create"])
+        if kind == "twice":
+            template, lo, hi = self.choice([("{0} * {0}", 0.0, v.mag**2), ("{np}.maximum({0}, {0})", v.lo, v.hi),
+                                            ("{0} - {0}", 0.0, 0.0)])
+            return self.same(template, v, shape=v.shape, lo=lo, hi=hi)
+        if kind == "cast":
+            return self.emit(f"rm.astype({v.name}, 'float64')", f"{v.name}.astype('float64')", v.shape, v.lo, v.hi)
+        if kind == "like":
+            f, c = self.choice([("ones_like", 1.0), ("zeros_like", 0.0)])
+            return self.same(f"{{np}}.{f}({{0}})", v, shape=v.shape, lo=c, hi=c)
+        n, m = (int(k) for k in self.rng.integers(1, 5, size=2))
+        shape = self.shape()
+        c = self.choice([0.5, -1.25, 2.0])
+        template, shape, lo, hi = self.choice([
+            (f"{{np}}.full({shape!r}, {c!r}, dtype='float64')", shape, c, c),
+            (f"{{np}}.arange({n}, dtype='float64')", (n,), 0.0, n - 1.0),
+            (f"{{np}}.eye({n}, {m}, dtype='float64')", (n, m), 0.0, 1.0),
+            (f"{{np}}.ones({shape!r}, dtype='float64') * {{0}}", _broadcast(shape, v.shape), v.lo, v.hi)])
+        if not self.fits(shape):
+            return None
+        self.features.add("created tensors")
+        return self.same(template, v, shape=shape, lo=min(lo, 0) if "eye" in template else lo, hi=hi)
+
+    def gen_name(self) -> Val:
+        v = self.operand()
+        tag = self.choice(NAMES)
+        self.scope.names.add(tag)
+        return self.emit(f"rm.checkpoint_name({v.name}, {tag!r})", f"checkpoint_name({v.name}, {tag!r})",
+                         v.shape, v.lo, v.hi)
+
+    # ------------------------------------------------------------ blocks
+
+    def gen_block(self) -> Val | None:
+        kind = self.weighted({"checkpoint": 5, "remat": 1.5, "vmap": 2.5, "custom_vjp": 1, "jit": 0.7})
+        if kind == "vmap":
+            return self.gen_vmap()
+        style = "call"
+        n = int(self.rng.integers(1, 4))
+        if kind == "checkpoint":
+            style = self.weighted({"call": 5, "noinput": 2, "tuple": 1, "partial": 1})
+            n = 0 if style == "noinput" else max(n, 2) if style in ("tuple", "partial") else n
+        if kind == "custom_vjp":
+            n = min(n, 2)
+        args = [self.operand() for _ in range(n)]
+        if n >= 2 and self.chance(0.1):
+            args[1] = args[0]  # the same tensor as two explicit inputs
+        body, outs = self.body(kind, args, [a.shape for a in args], self.scope.size_limit)
+        options = {"policy": "none"}
+        if kind in ("checkpoint", "remat"):
+            choices = {"none": 3, "nothing": 1, "everything": 1.5, "dots": 2}
+            if body.names:
+                choices.update({"only": 3, "but": 1.5})
+            options["policy"] = self.weighted(choices)
+            if options["policy"] in ("only", "but"):
+                names = sorted(body.names)
+                options["names"] = tuple(sorted(self.rng.choice(names, size=int(self.rng.integers(1, len(names) + 1)),
+                                                                replace=False).tolist()))
+            self.features.add(f"policy {options['policy']}")
+        self.features.add(f"{kind} {style}")
+        if self.scope.depth:
+            self.features.add(f"{kind} inside {self.scope.kind}")
+        return self.finish_block(kind, style, args, body, outs, options)
+
+    def body(self, kind: str, args: list[Val], shapes: list, limit: int):
+        """Generate a block's body in a new scope; returns (Body, its output Vals)."""
+        parent = self.scope
+        self.scope = scope = Scope(kind, parent, limit)
+        params = [Val(self.name("p"), tuple(s), a.lo, a.hi, scope) for a, s in zip(args, shapes)]
+        scope.vals += params
+        for _ in range(int(self.rng.integers(1, 5))):
+            self.statement()
+        outs = [scope.vals[-1]]
+        unused = [v for v in scope.vals[:-1] if not v.used and v not in params]
+        if unused and self.chance(0.6):  # so that fewer statements are dead code
+            outs.append(unused[-1])
+        elif self.chance(0.2):  # any visible value: a parameter, a capture, the first output again
+            outs.append(self.choice(scope.visible()))
+            if outs[1] in params or outs[1].scope is not scope:
+                self.features.add("block returns an input or a capture")
+        self.scope = parent
+        return Body(self.name("b"), [p.name for p in params], scope.stmts, [o.name for o in outs], scope.names), outs
+
+    def finish_block(self, kind, style, args, body, outs, options, out_shapes=None) -> Val:
+        results = [Val(self.name(), tuple(s), o.lo, o.hi, self.scope)
+                   for o, s in zip(outs, out_shapes or [o.shape for o in outs])]
+        self.scope.stmts.append(Block(kind, style, [r.name for r in results], [a.name for a in args], body, options))
+        self.scope.vals += results
+        return results[0]
+
+    def gen_vmap(self) -> Val | None:
+        first = self.operand(lambda v: v.ndim >= 1, shape=self.shape()[:1] or (2,))
+        if first.ndim == 0:
+            return None
+        ax = int(self.rng.integers(first.ndim))
+        n = first.shape[ax]
+        args, axes = [first], [ax - first.ndim if self.chance(0.3) else ax]
+        for _ in range(int(self.rng.integers(0, 2))):
+            w = self.operand()
+            same = [i for i, d in enumerate(w.shape) if d == n]
+            args.append(w)
+            axes.append(self.choice(same) if same and self.chance(0.6) else None)
+        inner = [tuple(d for i, d in enumerate(a.shape) if i != (x % a.ndim)) if x is not None else a.shape
+                 for a, x in zip(args, axes)]
+        body, outs = self.body("vmap", args, inner, max(1, self.scope.size_limit // n))
+        out_axes = [int(self.rng.integers(-o.ndim - 1, o.ndim + 1)) for o in outs]
+        shapes = []
+        for o, a in zip(outs, out_axes):
+            s = list(o.shape)
+            s.insert(a if a >= 0 else o.ndim + 1 + a, n)
+            shapes.append(s)
+        in_axes = axes[0] if len(args) == 1 and self.chance(0.5) else tuple(axes)
+        out_spec = out_axes[0] if len(outs) == 1 else tuple(out_axes)
+        self.features.add("vmap")
+        if self.scope.depth:
+            self.features.add(f"vmap inside {self.scope.kind}")
+        return self.finish_block("vmap", "call", args, body, outs, {"in_axes": in_axes, "out_axes": out_spec}, shapes)
+
+
+def _index_text(item) -> str:
+    if item is None:
+        return "None"
+    if item is Ellipsis:
+        return "..."
+    if isinstance(item, int):
+        return str(item)
+    a, b, c = (("" if x is None else str(x)) for x in (item.start, item.stop, item.step))
+    return f"{a}:{b}" + (f":{c}" if c else "")
+
+
+def generate(seed: int) -> Program:
+    """The program of `seed`: the same seed always gives the same program."""
+    g = Generator(seed)
+    g.new_input(g.shape())
+    if g.chance(0.5):
+        g.new_input(g.shape())
+    for _ in range(int(g.rng.integers(2, 8))):
+        if g.statements >= MAX_STATEMENTS:
+            break
+        g.statement()
+    # The loss reads the last value and the most recent values nothing else reads.
+    outs = [g.top.vals[-1]] + [v for v in g.top.vals[-2::-1] if not v.used and v not in g.inputs][:3]
+    if g.chance(0.2):
+        outs.append(g.choice(g.top.vals))
+    weights = [np.round(g.rng.uniform(-1, 1, o.shape), 4) for o in outs]
+    body = Body("loss", [v.name for v in g.inputs], g.top.stmts, [o.name for o in outs])
+    k = len(g.inputs)
+    diff = tuple(sorted(g.rng.choice(k, size=int(g.rng.integers(1, k + 1)), replace=False).tolist()))
+    argnums = diff[0] if len(diff) == 1 and g.chance(0.5) else diff
+    directions = None
+    if g.chance(0.3):
+        directions = [np.round(g.rng.uniform(-1, 1, g.inputs[i].shape), 4) for i in diff]
+        g.features.add("second order")
+    in_axes = tuple(g.in_axes) if g.per_example else None
+    if in_axes:
+        g.features.add("vmap over the program")
+    staged = seed % 2 == 0
+    g.features.add("xla staged" if staged else "xla fused")
+    return Program(seed, [v.name for v in g.inputs], g.arrays, body, weights, argnums, in_axes, directions,
+                   staged, frozenset(g.features))
+
+
+# ---------------------------------------------------------------- running both renderings
+
+
+def _jax_layer_norm(x, gamma, beta, axis, eps=1e-5):
+    mean = jnp.mean(x, axis=axis, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=axis, keepdims=True)
+    out = (x - mean) / jnp.sqrt(var + eps)
+    out = out if gamma is None else out * gamma
+    return out if beta is None else out + beta
+
+
+def _jax_cross_entropy(logits, labels):
+    picked = jax.nn.one_hot(labels, logits.shape[-1], dtype=logits.dtype) * jax.nn.log_softmax(logits)
+    return -jnp.mean(jnp.sum(picked, axis=-1))
+
+
+def load(program: Program, lang: str) -> Callable:
+    """The loss function of `program` rendered in `lang` and executed."""
+    ns = {"np": np, "functools": functools}
+    if lang == "remat":
+        ns["rm"] = rm
+    else:
+        ns.update(jax=jax, jnp=jnp, checkpoint_name=jax_checkpoint_name, ref_layer_norm=_jax_layer_norm,
+                  ref_cross_entropy=_jax_cross_entropy)
+    exec(compile(program.source(lang), f"<fuzz program {program.seed} ({lang})>", "exec"), ns)
+    return ns["loss"]
+
+
+def _transforms(program: Program, loss: Callable, lib) -> tuple[Callable, Callable]:
+    """(the per-program loss, everything checked: value, gradients, second order), written with
+    `lib` (remat or jax) so both sides compute the same things the same way."""
+    diff, in_axes = program.diff, program.in_axes
+    vg = lib.value_and_grad(loss, program.argnums)
+    directions = program.directions
+
+    def second(*xs):
+        def phi(*ys):
+            gs = lib.grad(loss, diff)(*ys)
+            return sum(_sum(lib, g * d) for g, d in zip(gs, directions))
+
+        return lib.grad(phi, diff)(*xs)
+
+    def everything(*xs):
+        value, grads = vg(*xs)
+        grads = grads if isinstance(program.argnums, tuple) else (grads,)
+        return (value, grads, second(*xs)) if directions is not None else (value, grads)
+
+    if in_axes is not None:
+        return lib.vmap(loss, in_axes=in_axes), lib.vmap(everything, in_axes=in_axes)
+    return loss, everything
+
+
+def _sum(lib, x):
+    return lib.sum(x) if lib is rm else jnp.sum(x)
+
+
+def _flatten(result, diff) -> dict[str, np.ndarray]:
+    out = {"value": np.asarray(result[0])}
+    for k, i in enumerate(diff):
+        out[f"grad x{i}"] = np.asarray(result[1][k])
+        if len(result) > 2:
+            out[f"d2 x{i}"] = np.asarray(result[2][k])
+    return out
+
+
+def jax_results(program: Program) -> dict[str, np.ndarray]:
+    """What JAX computes, in float64."""
+    with jax.enable_x64(True):
+        loss, everything = _transforms(program, load(program, "jax"), jax)
+        xs = [jnp.asarray(x) for x in program.inputs]
+        return _flatten(jax.tree_util.tree_map(np.asarray, jax.jit(everything)(*xs)), program.diff)
+
+
+MODES = ("eager", "numpy", "xla")
+
+
+def remat_results(program: Program, mode: str) -> dict[str, np.ndarray]:
+    """What remat computes in `mode`: eager (ops run one by one; grad as one traced program),
+    or under rm.jit on the NumPy or the XLA backend."""
+    loss, everything = _transforms(program, load(program, "remat"), rm)
+    xs = [rm.asarray(x) for x in program.inputs]
+    if mode == "eager":
+        out = _flatten(everything(*xs), program.diff)
+        out["eager forward"] = np.asarray(loss(*xs))
+        return out
+    options = {"staged": program.staged} if mode == "xla" else {}
+    return _flatten(rm.jit(everything, backend=mode, **options)(*xs), program.diff)
+
+
+@dataclasses.dataclass
+class Failure:
+    seed: int
+    check: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"seed {self.seed}: {self.check}: {self.message}"
+
+
+def compare(got: np.ndarray, want: np.ndarray) -> str | None:
+    """Why `got` is not `want` to float64 rounding, or None."""
+    got = np.asarray(got)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"got {got.dtype}{list(got.shape)}, JAX gives {want.dtype}{list(want.shape)}"
+    if np.allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=False):
+        return None
+    err = np.abs(got - want)
+    i = np.unravel_index(int(np.nanargmax(np.where(np.isnan(err), np.inf, err))), err.shape) if err.ndim else ()
+    return (f"max |error| {np.nanmax(err):.3g} at {tuple(int(k) for k in i)}: "
+            f"remat {got[i].item()!r}, JAX {want[i].item()!r}")
+
+
+def check(program: Program, modes=MODES) -> tuple[int, list[Failure]]:
+    """(number of checks made, failures) for `program` in each of `modes`."""
+    with warnings.catch_warnings():
+        # A tagged value nothing reads is not in the traced body, so a policy naming only it
+        # warns that the name is unused. The generator does not track liveness: not a failure.
+        warnings.simplefilter("ignore", rm.policies.UnusedNameWarning)
+        return _check(program, modes)
+
+
+def _check(program: Program, modes) -> tuple[int, list[Failure]]:
+    try:
+        want = jax_results(program)
+    except Exception as e:  # the generator made a program JAX rejects: the fuzzer's fault
+        return 1, [Failure(program.seed, "jax reference", _short(e))]
+    checks, failures = 0, []
+    for mode in modes:
+        try:
+            got = remat_results(program, mode)
+        except Exception as e:
+            checks += 1
+            failures.append(Failure(program.seed, f"{mode}", "raised " + _short(e)))
+            continue
+        for key, g in got.items():
+            checks += 1
+            problem = compare(g, want["value" if key == "eager forward" else key])
+            if problem:
+                failures.append(Failure(program.seed, f"{mode} {key}", problem))
+    return checks, failures
+
+
+def _short(e: BaseException) -> str:
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" (at {frames[-1].filename.split('/')[-1]}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {e}"[:600] + where
+
+
+# ---------------------------------------------------------------- campaigns
+
+
+def run(seeds, modes=MODES, progress: Callable[[int, int, list[Failure]], None] | None = None):
+    """Check every program of `seeds`; returns (programs, checks, failures). `progress` is told
+    after each program (programs so far, checks so far, that program's failures)."""
+    programs, checks, failures = 0, 0, []
+    for seed in seeds:
+        n, f = check(generate(seed), modes)
+        programs, checks = programs + 1, checks + n
+        failures += f
+        if progress:
+            progress(programs, checks, f)
+    return programs, checks, failures
+
+
+def _report(failures: list[Failure], out=None) -> None:
+    out = out or sys.stdout
+    by_seed: dict[int, list[Failure]] = {}
+    for f in failures:
+        by_seed.setdefault(f.seed, []).append(f)
+    for seed, fs in by_seed.items():
+        print(f"\n==== seed {seed}: {len(fs)} failed checks", file=out)
+        for f in fs:
+            print(f"  {f.check}: {f.message}", file=out)
+        print(generate(seed).script(), file=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--count", type=int, default=10_000, help="programs to check (default 10000)")
+    p.add_argument("--start", type=int, default=0, help="the first seed")
+    p.add_argument("--seed", type=int, help="print the program of this seed (remat and JAX) and check it")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated: eager,numpy,xla")
+    args = p.parse_args(argv)
+    modes = tuple(args.modes.split(","))
+    if args.seed is not None:
+        prog = generate(args.seed)
+        print(prog.script())
+        print("# the JAX rendering\n" + prog.source("jax"))
+        n, failures = check(prog, modes)
+        print(f"{n} checks, {len(failures)} failures")
+        for f in failures:
+            print(f"  {f}")
+        return 1 if failures else 0
+    t0 = time.perf_counter()
+    every = max(1, min(100, args.count // 20))
+
+    failed = 0
+
+    def progress(programs: int, checks: int, new: list[Failure]) -> None:
+        nonlocal failed
+        failed += len(new)
+        for f in new:  # at once, so a long run's log shows them before its end
+            print(f"FAILED {f}", flush=True)
+        if programs % every == 0 or programs == args.count:
+            print(f"{programs:>6}/{args.count} programs  {checks} checks  {failed} failures  "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+    programs, checks, failures = run(range(args.start, args.start + args.count), modes, progress)
+    _report(failures)
+    seeds = sorted({f.seed for f in failures})
+    print(f"\nprograms {programs}  checks {checks}  failures {len(failures)} (in {len(seeds)} programs)  "
+          f"time {time.perf_counter() - t0:.0f} s")
+    if seeds:
+        print("failing seeds:", " ".join(map(str, seeds)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    # The campaign process is JAX's whole user: x64 everywhere (the checker also enters it
+    # around the reference, so importers such as the test suite keep their own setting).
+    jax.config.update("jax_enable_x64", True)
+    sys.exit(main())
