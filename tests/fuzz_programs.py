@@ -1274,17 +1274,24 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     modes = tuple(args.modes.split(","))
     if args.seed is not None:
-        prog = generate(args.seed)
-        print(prog.script())
-        print("# the JAX rendering\n" + prog.source("jax"))
-        n, failures = check(prog, modes)
-        print(f"{n} checks, {len(failures)} failures")
-        for f in failures:
-            print(f"  {f}")
-        return 1 if failures else 0
-    t0 = time.perf_counter()
-    every = max(1, min(100, args.count // 20))
+        return _show(args.seed, modes)
+    return _campaign(range(args.start, args.start + args.count), modes)
 
+
+def _show(seed: int, modes) -> int:
+    program = generate(seed)
+    print(program.script())
+    print("# the JAX rendering\n" + program.source("jax"))
+    n, failures = check(program, modes)
+    print(f"{n} checks, {len(failures)} failures")
+    for f in failures:
+        print(f"  {f}")
+    return 1 if failures else 0
+
+
+def _campaign(seeds: range, modes) -> int:
+    t0 = time.perf_counter()
+    every = max(1, min(100, len(seeds) // 20))
     failed = 0
 
     def progress(programs: int, checks: int, new: list[Failure]) -> None:
@@ -1292,17 +1299,19 @@ def main(argv: list[str] | None = None) -> int:
         failed += len(new)
         for f in new:  # at once, so a long run's log shows them before its end
             print(f"FAILED {f}", flush=True)
-        if programs % every == 0 or programs == args.count:
-            print(f"{programs:>6}/{args.count} programs  {checks} checks  {failed} failures  "
+        if programs % every == 0 or programs == len(seeds):
+            print(f"{programs:>6}/{len(seeds)} programs  {checks} checks  {failed} failures  "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
+        if programs % 100 == 0:  # every program compiles anew: JAX's caches would grow ~1 MB each
+            jax.clear_caches()
 
-    programs, checks, failures = run(range(args.start, args.start + args.count), modes, progress)
+    programs, checks, failures = run(seeds, modes, progress)
     _report(failures)
-    seeds = sorted({f.seed for f in failures})
-    print(f"\nprograms {programs}  checks {checks}  failures {len(failures)} (in {len(seeds)} programs)  "
+    failing = sorted({f.seed for f in failures})
+    print(f"\nprograms {programs}  checks {checks}  failures {len(failures)} (in {len(failing)} programs)  "
           f"time {time.perf_counter() - t0:.0f} s")
-    if seeds:
-        print("failing seeds:", " ".join(map(str, seeds)))
+    if failing:
+        print("failing seeds:", " ".join(map(str, failing)))
     return 1 if failures else 0
 
 
