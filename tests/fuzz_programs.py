@@ -374,7 +374,9 @@ class Generator:
         if s is None and len(self.inputs) < MAX_INPUTS and self.chance(0.7):
             return self.new_input(shape)
         x = self.values(shape, -1.0, 1.0)
-        return self.emit(_const(x), _const(x), shape, x.min(), x.max())
+        # JAX wants its own arrays as constants: a NumPy one captured by a custom_vjp inside
+        # vmap inside checkpoint trips its "non-canonical constant" assertion.
+        return self.emit(_const(x), f"jnp.asarray({_const(x)})", shape, x.min(), x.max())
 
     def pick(self, pred: Callable[[Val], bool] = lambda v: True) -> Val | None:
         """A visible value satisfying `pred`, recent ones and the block's own ones first."""
