@@ -39,7 +39,9 @@ from jax.ad_checkpoint import checkpoint_name as jax_checkpoint_name
 
 import remat as rm
 
-RTOL, ATOL = 1e-9, 1e-12
+# ATOL: a gradient that cancels to exactly zero through ill-conditioned ops (two layer norms of a
+# constant row amplify by 1/eps = 1e5: seed 7979) keeps ~5e-12 of float64 rounding, in JAX too.
+RTOL, ATOL = 1e-9, 1e-11
 MAX_SIZE = 48  # elements per value: programs stay small, so checking them stays fast
 MAX_DIM = 4
 MAX_DEPTH = 3  # blocks inside blocks
@@ -855,7 +857,8 @@ class Generator:
             k = int(self.rng.integers(len(items) + 1))
             j = int(self.rng.integers(k, len(items) + 1))
             items[k:j] = [Ellipsis]
-        while items and items[-1] == slice(None) and self.chance(0.7):
+        # Behind an Ellipsis the items align with the trailing axes: dropping one would shift them.
+        while items and items[-1] == slice(None) and Ellipsis not in items and self.chance(0.7):
             items.pop()
         shape = np.empty(v.shape)[tuple(items)].shape
         if 0 in shape:
