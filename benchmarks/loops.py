@@ -7,7 +7,10 @@ a checkpointed body ("step"), √T segments, the binomial schedule with ceil(log
 
 Memory, as the project measures it: on NumPy the evaluator's live-byte count, checked against
 tracemalloc; on XLA the peak RSS of a separate process started with `MALLOC_MMAP_THRESHOLD_=65536`
-(sampled, and the kernel's high-water mark), above its level before the step.
+(sampled, and the kernel's high-water mark), above its level before the step, XLA's runtime set
+up first by a small unrelated step as `remat bench` does (its thread pool and malloc arenas, about
+11 MiB whatever the program, are no part of the step); beside it, the peak XLA's own buffer
+assignment reports for the step's executables (live values plus temporaries).
 
 Scale: trace + compile time (`rm.jit(...).lower(...).compile()`, XLA) of the scanned MLP at 1,024
 layers over 16 layers, and over `jax.jit(jax.grad(...)).lower(...).compile()` of the same
@@ -86,14 +89,20 @@ def numpy_peak(model: str, name: str, size: dict) -> dict:
 
 
 def xla_peak(model: str, name: str, size: dict) -> dict:
-    """One step on XLA, measured in this process (run it in a child: see `xla_peak_in_child`)."""
+    """One step on XLA, measured in this process (run it in a child: see `xla_peak_in_child`):
+    `rss`, the rise of resident memory, and `buffers`, what XLA's buffer assignment says the
+    step's executables hold at their peak (`StageMemory`: live values and temporaries)."""
     import jax
 
     from remat.bench.rss import peak_during
+    from remat.bench.worker import set_up_xla
 
     fn, args = step_and_args(model, name, size)
     compiled = rm.jit(fn, backend="xla").lower(*args).compile()
     device_args = rm.tree.map(lambda a: jax.device_put(np.asarray(a)), args)
+    # As `remat bench` does: XLA's thread pool and its malloc arenas (about 11 MiB, the same for
+    # every program) are set up by a small unrelated step before the baseline, not counted in it.
+    set_up_xla()
 
     def step():
         loss, grads = compiled(*device_args)
@@ -102,7 +111,8 @@ def xla_peak(model: str, name: str, size: dict) -> dict:
 
     # No warm-up step: XLA:CPU may keep a large executable's temporaries resident after a run.
     loss, baseline, peak = peak_during(step, interval=0.001, high_water=True)
-    return {"model": model, "schedule": name, "rss": peak - baseline, "loss": loss}
+    return {"model": model, "schedule": name, "rss": peak - baseline, "loss": loss,
+            "buffers": compiled.last_memory.peak}
 
 
 def xla_peak_in_child(model: str, name: str, size: dict) -> dict:
@@ -171,19 +181,23 @@ def memory_rows(xla: bool = True) -> list[dict]:
         for name in names:
             row = numpy_peak(model, name, size)
             if xla:
-                row["rss"] = xla_peak_in_child(model, name, size)["rss"]
+                child = xla_peak_in_child(model, name, size)
+                row["rss"], row["buffers"] = child["rss"], child["buffers"]
             rows.append(row)
     return rows
 
 
 def memory_table(rows: list[dict]) -> str:
     lines = ["| model | schedule | NumPy peak (MiB) | vs first row | tracemalloc (MiB) | XLA peak RSS (MiB) "
-             "| vs first row |", "|---|---|---|---|---|---|---|"]
+             "| vs first row | XLA buffers (MiB) | vs first row |", "|---|---|---|---|---|---|---|---|---|"]
     first: dict[str, dict] = {}
     for r in rows:
         base = first.setdefault(r["model"], r)
         rss = r.get("rss")
-        xla = f"{rss / MiB:.1f} | {rss / base['rss']:.2f}" if rss is not None else "- | -"
+        xla = "- | - | - | -"
+        if rss is not None:
+            xla = (f"{rss / MiB:.1f} | {rss / base['rss']:.2f} | {r['buffers'] / MiB:.1f} | "
+                   f"{r['buffers'] / base['buffers']:.2f}")
         lines.append(f"| {r['model']} | {r['schedule']} | {r['evaluator'] / MiB:.1f} | "
                      f"{r['evaluator'] / base['evaluator']:.2f} | {r['tracemalloc'] / MiB:.1f} | {xla} |")
     return "\n".join(lines)

@@ -113,3 +113,87 @@ def test_every_framework_counts_the_gradients_and_nothing_else_of_its_runtime(fr
     grads = sum(w.nbytes + b.nbytes for w, b in inputs(size)[0])
     res = _subprocess({"job": "memory", "framework": framework, "plan": "none", "size": size_to_dict(size)})
     assert grads <= res["peak"] <= grads + 3 * MiB, (res["peak"] / MiB, grads / MiB)
+
+
+# ---------------------------------------------------------------- the loop models
+
+
+LOOP_MODELS = ("scanned-mlp", "scanned-gpt", "rnn")
+
+
+def test_loop_models_run_the_scan_schedules():
+    from remat.bench.config import LOOP_PLANS, MODELS, plan_name, plans_of
+
+    assert set(LOOP_MODELS) <= set(MODELS)
+    for model in LOOP_MODELS:
+        assert plans_of(model) == LOOP_PLANS == ("none", "step", "sqrt", "binomial")
+        memory, *timing = phases(model, True, list(FRAMEWORKS))
+        assert {(j["framework"], j["plan"]) for j in memory.jobs} == {(f, p) for f in FRAMEWORKS for p in LOOP_PLANS}
+        assert sorted(e for p in timing for e in p.jobs[0]["entries"]) == sorted(memory_entry(j) for j in memory.jobs)
+        assert size_of(model, False).scanned and size_of(model, True).scanned
+    assert [plan_name("rnn", p) for p in LOOP_PLANS] == ["none", "per step", "√T segments", "binomial"]
+    assert plans_of("mlp") == PLANS and size_to_dict(size_of("rnn", False)) == {
+        "kind": "RNN", "steps": 1000, "width": 256, "inputs": 32, "batch": 128}
+
+
+def memory_entry(job: dict) -> tuple[str, str]:
+    return job["framework"], job["plan"]
+
+
+def test_a_loop_models_table_names_its_schedules_and_leaves_what_a_framework_lacks_blank():
+    rows = {
+        ("remat-xla", "none"): {"peak": 8 * MiB, "times": [1.0, 1.0, 1.0], "loss": 2.0},
+        ("remat-xla", "binomial"): {"peak": 1 * MiB, "times": [3.0, 3.0, 3.0], "loss": 2.0},
+        ("jax", "none"): {"peak": 8 * MiB, "times": [1.0, 1.0, 1.0], "loss": 2.0},
+    }
+    text = table("rnn", True, rows, ["remat-xla", "jax"])
+    assert "**tanh RNN: 16 steps, width 32, 8 inputs, batch 4 (one carry: 0.5 KiB)**" in text
+    assert "| binomial | 1.0 (0.12x) | 3.00x (3.00–3.00) | n/a | n/a | n/a |" in text
+    assert "| per step | n/a | n/a | n/a | n/a | n/a |" in text and "√T segments" in text
+
+
+def _ordered(tree, like) -> list:
+    """The leaves of `tree` in the order of `like`'s (dicts in insertion order, as PyTorch's)."""
+    if isinstance(like, dict):
+        return [x for k in like for x in _ordered(tree[k], like[k])]
+    if isinstance(like, (list, tuple)):
+        return [x for t, lk in zip(tree, like) for x in _ordered(t, lk)]
+    return [tree]
+
+
+@pytest.mark.parametrize("model", LOOP_MODELS)
+def test_loop_models_have_the_same_loss_and_gradients_in_every_framework(model):
+    """The bench's step of each loop model, per schedule: remat (NumPy) against JAX's lax.scan +
+    jax.checkpoint and PyTorch's checkpointed Python loop, on the same numbers (float32)."""
+    import jax
+
+    import remat as rm
+    from remat.bench import impl_jax, impl_remat
+    from remat.bench.config import LOOP_PLANS
+
+    size = size_of(model, True)
+    params, data = inputs(size)
+    torch_runs = missing("torch") is None  # PyTorch is optional
+
+    for plan in LOOP_PLANS:
+        loss, grads = rm.jit(rm.value_and_grad(impl_remat.loss_fn(size, plan)))(params, data)
+        want = _ordered(grads, params)
+        assert [np.shape(g) for g in want] == [np.shape(p) for p in _ordered(params, params)]
+        if plan == "binomial":  # neither JAX nor PyTorch has it: the plain scan's gradient instead
+            base = rm.jit(rm.value_and_grad(impl_remat.loss_fn(size, "none")))(params, data)
+            assert_all_close([loss, *want], [base[0], *_ordered(base[1], params)])
+            continue
+        jl, jg = jax.jit(jax.value_and_grad(impl_jax.loss_fn(size, plan)))(params, data)
+        assert_all_close([loss, *want], [jl, *_ordered(jg, params)])
+        if torch_runs:
+            from remat.bench import impl_torch
+
+            step, _ = impl_torch.build(size, plan, params, data)
+            tl, tg = step()
+            assert_all_close([loss, *want], [tl.detach(), *tg])
+
+
+def assert_all_close(got: list, want: list) -> None:
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)

@@ -1,6 +1,7 @@
 """rm.checkpoint: captures found by tracing, the block in the graph, and its gradient rule."""
 
 import functools
+import warnings
 
 import numpy as np
 import pytest
@@ -161,8 +162,10 @@ def test_nested_checkpoints(backend, rng):
     a, b = both(backend, make, *args, argnums=(0, 1, 2))
     assert_trees_close(a, b)
     graph = rm.make_graph(rm.value_and_grad(make(True), (0, 1, 2)))(*args)
-    # outer in the forward pass; inner in outer's body and in outer's recomputation
-    assert graph.count("checkpoint") == 3
+    # forward: outer, and inner in its body; backward: outer's backward block, which holds
+    # inner's recomputation and inner's own backward block
+    assert graph.count("checkpoint") == 5
+    assert sum(1 for n in graph.walk() if n.op == "checkpoint" and n.params.get("differentiated")) == 2
     assert graph.count("barrier") == 2
 
 
@@ -248,13 +251,16 @@ def test_a_body_without_captures_has_exactly_the_explicit_inputs(rng):
     assert len(block.params["body"].inputs) == 2
 
 
-def test_indexing_a_captured_tensor_passes_it_whole(rng):
+def test_indexing_a_captured_tensor_captures_the_slice(rng):
+    # The slice of an enclosing trace's tensor is taken in that trace (trace.py), so the block
+    # captures the row it reads, and its gradient is the row's.
     x, w = f32(rng, 3), f32(rng, 4, 3)
     graph = rm.make_graph(lambda x, w: rm.checkpoint(lambda h: h * w[1], x))(x, w)
     (block,) = blocks(graph)
-    assert [v.shape for v in block.inputs] == [(3,), (4, 3)]
-    body = block.params["body"]
-    assert body.count("slice") == 1  # the indexing happens inside the block
+    assert [v.shape for v in block.inputs] == [(3,), (1, 3)]
+    assert block.params["body"].count("slice") == 0 and graph.count("slice") == 1
+    g = rm.grad(lambda w: rm.sum(rm.checkpoint(lambda h: h * w[1], x)))(w)
+    np.testing.assert_allclose(g, np.stack([np.zeros(3), np.asarray(x), np.zeros(3), np.zeros(3)]), rtol=1e-6)
 
 
 def test_unused_scope_tensors_are_not_captured(rng):
@@ -284,11 +290,13 @@ def test_gradient_graph_recomputes_the_body_behind_a_barrier(rng):
     rm.graph.check(ck)
     forward = rm.make_graph(loss(True))(x)
     assert forward.count("tanh") == 1 and forward.count("barrier") == 0
-    # The recomputation is a top-level node reading the barrier's output, not the forward's x.
+    # The recomputation is in the backward block, which reads the barrier's outputs, not x.
     (barrier,) = [n for n in ck.nodes if n.op == "barrier"]
     assert barrier.inputs[0] is ck.inputs[0]
-    (recompute,) = [n for n in ck.nodes if n.op == "multiply" and barrier.outputs[0] in n.inputs]
-    assert ck.nodes.index(recompute) > ck.nodes.index(barrier)
+    (backward,) = [n for n in ck.nodes if n.op == "checkpoint" and n.params.get("differentiated")]
+    assert backward.inputs[: len(barrier.outputs)] == barrier.outputs
+    assert ck.nodes.index(backward) > ck.nodes.index(barrier)
+    assert backward.params["body"].count("tanh") == 1
 
 
 def test_barrier_ties_explicit_inputs_and_cotangent_not_captures(rng):
@@ -386,3 +394,131 @@ def test_jax_arrays_are_explicit_inputs_like_tensors(rng):
     graph = rm.make_graph(lambda w: rm.checkpoint(lambda h, k: h * w * k, x, 2))(f32(rng, 3))
     (block,) = blocks(graph)
     assert block.params["saved"] == (0,) and len(block.inputs) == 2  # x explicit, w captured; 2 passes through
+
+
+# ---------------------------------------------------------------- what a checkpoint keeps (issue 13)
+
+
+def jax_residual_shapes(fn, *args) -> list[tuple]:
+    import jax
+    from jax._src.ad_checkpoint import saved_residuals
+
+    return [a.shape for a, _ in saved_residuals(fn, *[jax.numpy.asarray(np.asarray(x)) for x in args])]
+
+
+def residual_bytes(fn, *args) -> int:
+    return sum(r.nbytes for r in rm.memory.saved_residuals(fn, *args))
+
+
+def test_a_checkpoint_keeps_no_input_its_gradient_does_not_read():
+    import jax
+    import jax.numpy as jnp
+
+    # Before: `argument x` was kept, though the body is linear; JAX and the plain program keep nothing.
+    assert rm.memory.saved_residuals(lambda x: rm.sum(rm.remat(lambda x: 2.0 * x)(x)), rm.ones(3)) == []
+    assert jax_residual_shapes(lambda x: jnp.sum(jax.remat(lambda x: 2.0 * x)(x)), rm.ones(3)) == []
+    # A body that does read its input keeps it, as JAX's does.
+    sin_loss = lambda x: rm.sum(rm.remat(rm.sin)(x))  # noqa: E731
+    assert [r.provenance for r in rm.memory.saved_residuals(sin_loss, rm.ones(3))] == ["argument x"]
+    assert jax_residual_shapes(lambda x: jnp.sum(jax.remat(jnp.sin)(x)), rm.ones(3)) == [(3,)]
+
+
+def test_constants_made_inside_a_body_are_not_residuals():
+    import jax
+    import jax.numpy as jnp
+
+    c = np.arange(3.0, dtype=np.float32)
+    plain = rm.memory.saved_residuals(lambda x: rm.sum(x * rm.asarray(c)), rm.ones(3))
+    assert [r.kind for r in plain] == ["constant"]  # without a checkpoint the product's VJP keeps it
+    assert rm.memory.saved_residuals(lambda x: rm.sum(rm.remat(lambda x: x * rm.asarray(c))(x)), rm.ones(3)) == []
+    assert jax_residual_shapes(lambda x: jnp.sum(jax.remat(lambda x: x * jnp.arange(3.0))(x)), rm.ones(3)) == []
+    g = rm.grad(lambda x: rm.sum(rm.remat(lambda x: x * rm.asarray(c))(x)))(rm.ones(3))
+    np.testing.assert_array_equal(g, c)
+
+
+_BODIES = {
+    "sin": lambda x, w: rm.sin(x),
+    "linear": lambda x, w: 2.0 * x + w,
+    "dense": lambda x, w: rm.tanh(x @ w) + x,
+    # The plain gradient keeps a scalar; recomputing it would keep x (JAX's checkpoint does).
+    "reduce-then-sin": lambda x, w: rm.sin(rm.sum(x)) * w,
+    "exp-times-input": lambda x, w: rm.exp(x) * x,
+    "row-then-broadcast": lambda x, w: rm.exp(rm.broadcast_to(x[0], (16, 16))) * w,
+    "named": lambda x, w: rm.checkpoint_name(rm.tanh(x @ w), "h") @ w,
+    "two-outputs": lambda x, w: (rm.sin(x) * w, rm.cos(rm.sum(x, axis=0))),
+}
+
+
+@pytest.mark.parametrize("policy", [None, rm.policies.dots_saveable, rm.policies.save_only_these_names("h"),
+                                    rm.policies.everything_saveable], ids=["nothing", "dots", "names", "everything"])
+@pytest.mark.parametrize("name", list(_BODIES))
+def test_a_checkpoint_never_keeps_more_than_the_same_program_without_it(rng, name, policy):
+    body = _BODIES[name]
+    x, w = f32(rng, 16, 16), f32(rng, 16, 16)
+
+    def loss(ck):
+        def f(x, w):
+            out = rm.checkpoint(body, x, w, policy=policy) if ck else body(x, w)
+            return sum(rm.sum(o) for o in rm.tree.leaves(out))
+
+        return f
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rm.policies.UnusedNameWarning)
+        assert residual_bytes(loss(True), x, w) <= residual_bytes(loss(False), x, w)
+        got = rm.grad(loss(True), (0, 1))(x, w)
+    assert_trees_close(got, rm.grad(loss(False), (0, 1))(x, w))
+
+
+def test_a_block_keeps_the_small_value_when_recomputing_would_need_a_large_input(rng):
+    x, w = f32(rng, 256, 64), f32(rng)
+    loss = lambda x, w: rm.sum(rm.checkpoint(lambda h: rm.sin(rm.sum(h)) * w, x))  # noqa: E731
+    kept = rm.memory.saved_residuals(loss, x, w)
+    assert all(r.nbytes == 4 for r in kept)  # scalars: the sum (and w), not x's 64 KiB
+    np.testing.assert_allclose(rm.grad(loss)(x, w), np.full((256, 64), np.cos(np.sum(np.asarray(x))) * float(w)),
+                               rtol=1e-4)
+
+
+# ---------------------------------------------------------------- higher order keeps checkpoints
+
+
+def test_the_second_order_program_still_holds_checkpoint_blocks(rng):
+    import jax
+    import jax.numpy as jnp
+
+    x, w = f32(rng, 4, 3), f32(rng, 3, 3)
+    loss = lambda x, w: rm.sum(rm.checkpoint(lambda h: rm.tanh(h @ w), x))  # noqa: E731
+    second = lambda x, w: rm.sum(rm.grad(loss)(x, w) ** 2)  # noqa: E731
+    graph = rm.make_graph(rm.grad(second))(x, w)
+    top = [n for n in graph.nodes if n.op == "checkpoint"]
+    # the first-order backward block (the forward block's value is not needed, so it is gone),
+    # and the backward block that recomputes it in the second-order backward pass
+    assert len(top) == 2 and all(n.params.get("differentiated") for n in top)
+    assert "checkpoint[differentiated=True" in str(graph)
+    rm.graph.check(graph)
+    jloss = lambda x, w: jnp.sum(jax.checkpoint(lambda h: jnp.tanh(h @ w))(x))  # noqa: E731
+    want = jax.grad(lambda x, w: jnp.sum(jax.grad(jloss)(x, w) ** 2))(np.asarray(x), np.asarray(w))
+    for backend in ("numpy", "xla"):
+        np.testing.assert_allclose(run_on(backend, rm.grad(second), x, w), want, rtol=1e-5, atol=1e-6)
+
+
+def test_third_order_through_a_checkpoint_matches_jax():
+    import jax
+    import jax.numpy as jnp
+
+    f = lambda x: rm.sum(rm.remat(lambda h: rm.sin(h) * h)(x))  # noqa: E731
+    jf = lambda x: jnp.sum(jax.remat(lambda h: jnp.sin(h) * h)(x))  # noqa: E731
+    x = rm.asarray([0.3, 1.2])
+    got = rm.grad(lambda x: rm.sum(rm.grad(lambda x: rm.sum(rm.grad(f)(x)))(x)))(x)
+    want = jax.grad(lambda x: jnp.sum(jax.grad(lambda x: jnp.sum(jax.grad(jf)(x)))(x)))(np.asarray(x))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_grad_with_respect_to_the_input_only_computes_no_weight_gradient(rng):
+    # The backward block computes a cotangent for every input; those nobody reads are pruned.
+    x, w = f32(rng, 4, 3), f32(rng, 3, 3)
+    loss = lambda x, w: rm.sum(rm.checkpoint(lambda h: rm.tanh(h @ w), x))  # noqa: E731
+    plain = lambda x, w: rm.sum(rm.tanh(x @ w))  # noqa: E731
+    for argnums in (0, 1, (0, 1)):
+        ck = rm.make_graph(rm.grad(loss, argnums))(x, w)
+        assert ck.count("matmul") == rm.make_graph(rm.grad(plain, argnums))(x, w).count("matmul")

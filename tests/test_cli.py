@@ -54,7 +54,7 @@ def test_bench_quick_on_numpy_prints_and_writes_the_table(tmp_path, capsys):
     assert main(["bench", "--quick", "--frameworks", "remat-numpy", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert out.read_text().strip() == printed.strip()
-    assert printed.count("| plan | remat · NumPy peak MiB | time |") == 2  # the MLP and the GPT
+    assert printed.count("| plan | remat · NumPy peak MiB | time |") == 5  # MLP, GPT, both scanned, RNN
     assert "**residual MLP: 8 layers" in printed and "**GPT-style: 2 blocks" in printed
     assert re.search(r"tracemalloc agrees within \d+\.\d%", printed)
     for plan in ("none", "per layer", "√L", "dots_saveable"):

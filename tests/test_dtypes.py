@@ -10,6 +10,8 @@ import remat as rm
 from remat import dtypes
 
 F32, F64, I32, I64, BOOL = (np.dtype(d) for d in ("float32", "float64", "int32", "int64", "bool"))
+F16, BF16 = np.dtype("float16"), rm.bfloat16
+ALL = (BOOL, I32, I64, F16, BF16, F32, F64)
 
 
 def tensor(dtype, shape=(3,)):
@@ -26,6 +28,7 @@ def tensor(dtype, shape=(3,)):
         ([True, False], BOOL), ((1, 2.5), F32),
         (np.ones(2, np.float64), F64), (np.ones(2, np.int64), I64), (np.ones(2, np.float32), F32),
         (np.float64(1.0), F64), (np.int64(3), I64), (np.bool_(True), BOOL),
+        (np.ones(2, np.float16), F16), (np.ones(2, BF16), BF16), (np.float16(2.5), F16),
     ],
 )
 def test_asarray_default_dtypes(value, dtype):
@@ -34,7 +37,8 @@ def test_asarray_default_dtypes(value, dtype):
     np.testing.assert_array_equal(np.asarray(t), np.asarray(value).astype(dtype))
 
 
-@pytest.mark.parametrize("target", ["float32", "float64", "int32", "int64", "bool", np.float64, F32])
+@pytest.mark.parametrize("target", ["float32", "float64", "int32", "int64", "bool", np.float64, F32, "float16",
+                                    "bfloat16", np.float16, BF16])
 def test_asarray_with_an_explicit_dtype(target):
     t = rm.asarray([0.0, 1.0, 2.0], dtype=target)
     assert t.dtype == np.dtype(target)
@@ -56,6 +60,7 @@ WEAK = [
     (I32, 2, I32), (I64, 2, I64), (I32, True, I32),
     (I32, 2.5, F32), (I64, 2.5, F32),  # a float scalar meets ints: the default float, not f64
     (BOOL, 1, I32), (BOOL, 1.5, F32), (BOOL, True, BOOL),
+    (F16, 2.0, F16), (F16, 2, F16), (F16, True, F16), (BF16, 2.0, BF16), (BF16, 2, BF16), (BF16, True, BF16),
 ]
 
 
@@ -107,6 +112,9 @@ STRONG = [
     (F32, F64, F64), (I32, I64, I64), (I32, F32, F32), (I64, F32, F32), (I32, F64, F64),
     (I64, F64, F64), (BOOL, I32, I32), (BOOL, I64, I64), (BOOL, F32, F32), (BOOL, BOOL, BOOL),
     (F32, F32, F32), (I64, I64, I64),
+    (F16, BF16, F32), (F16, F32, F32), (BF16, F32, F32), (F16, F64, F64), (BF16, F64, F64), (I32, F16, F16),
+    (I64, F16, F16), (I32, BF16, BF16), (I64, BF16, BF16), (BOOL, F16, F16), (BOOL, BF16, BF16),
+    (F16, F16, F16), (BF16, BF16, BF16),
 ]
 
 
@@ -129,6 +137,32 @@ def test_tensor_promotion_inside_jit_and_in_matmul(a, b, expected):
     out = rm.jit(lambda p, q: p @ q)(x, y)
     assert out.dtype == expected
     np.testing.assert_array_equal(np.asarray(out), np.full((2, 2), 2))
+
+
+@pytest.mark.parametrize("b", ALL, ids=str)
+@pytest.mark.parametrize("a", ALL, ids=str)
+def test_promotion_between_tensors_is_jax_promote_types(a, b):
+    """Every pair of the seven dtypes promotes as `jnp.promote_types` says (bf16 + f16 -> f32)."""
+    import jax.numpy as jnp
+
+    expected = np.dtype(jnp.promote_types(a, b))
+    assert dtypes.result_type(a, b) == expected
+    x, y = tensor(a), tensor(b)
+    assert rm.where(rm.asarray(True), x, y).dtype == rm.concat([x, y]).dtype == expected
+    if expected != BOOL:
+        assert (x + y).dtype == rm.jit(lambda p, q: p * q, backend="xla")(x, y).dtype == expected
+
+
+@pytest.mark.parametrize("scalar", [True, 2, 2.5], ids=repr)
+@pytest.mark.parametrize("dtype", [BOOL, I32, F16, BF16, F32], ids=str)
+def test_weak_scalars_promote_as_in_jax(dtype, scalar):
+    """A Python scalar meeting a tensor gives JAX's dtype (JAX's x64 mode off: its default float
+    is then float32, as remat's always is)."""
+    import jax.numpy as jnp
+
+    expected = (jnp.ones(3, dtype) + scalar).dtype
+    assert (tensor(dtype) + scalar).dtype == expected
+    assert rm.jit(lambda x: scalar * x, backend="xla")(tensor(dtype)).dtype == expected
 
 
 def test_promotion_keeps_values():
@@ -154,9 +188,9 @@ def test_result_dtypes_of_ops_that_change_dtype(fn, dtype, expected):
     assert rm.jit(fn)(tensor(dtype)).dtype == expected
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.uint8, np.int16, np.uint32, np.uint64, np.int8, np.longdouble])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint32, np.uint64, np.int8, np.longdouble])
 def test_arrays_of_other_dtypes_are_not_converted_silently(dtype):
-    """float16 used to become float32 and uint8 int32 without a word; now the dtype is named."""
+    """uint8 used to become int32 without a word; now the dtype is named."""
     a = np.ones(2, dtype)
     with pytest.raises(rm.DTypeError, match=rf"asarray: arrays of dtype {np.dtype(dtype)} are not supported"):
         rm.asarray(a)
@@ -167,14 +201,16 @@ def test_arrays_of_other_dtypes_are_not_converted_silently(dtype):
 
 
 def test_dtype_helpers():
-    with pytest.raises(rm.DTypeError, match="astype: dtype float16 is not supported; use one of bool, int32"):
-        dtypes.canonical("float16", "astype")
+    with pytest.raises(rm.DTypeError, match="astype: dtype uint8 is not supported; use one of bool, int32, "
+                       "int64, float16, bfloat16, float32, float64"):
+        dtypes.canonical("uint8", "astype")
     with pytest.raises(rm.DTypeError, match=r"'flaot32' is not a dtype"):
         dtypes.canonical("flaot32")
     assert dtypes.canonical(np.int64) == I64 and dtypes.canonical("bool") == BOOL
     assert dtypes.can_hold(I32, I64) and not dtypes.can_hold(I64, I32) and not dtypes.can_hold(F64, F32)
     assert dtypes.can_hold(I64, F32) and not dtypes.can_hold(F32, I64) and dtypes.can_hold(F32, BOOL)
     assert dtypes.short_name(F32) == "f32" and dtypes.short_name(BOOL) == "bool"
+    assert dtypes.short_name(F16) == "f16" and dtypes.short_name(BF16) == "bf16"
     assert dtypes.weak_result_type(I64, 1.0) == F32
     assert dtypes.weak_result_type(F64, 1) == F64
     assert dtypes.scalar_dtype(True) == BOOL

@@ -215,7 +215,17 @@ def _sin_times(x, y):
 # x' = g y cos x,  y' = g sin x
 _sin_times.defvjp(lambda x, y: (rm.sin(x) * y, (x, y)), lambda r, g: (g * r[1] * rm.cos(r[0]), g * rm.sin(r[0])))
 
+
+@rm.custom_jvp
+def _sin_times_jvp(x, y):
+    return rm.sin(x) * y
+
+
+# d(sin x y) = y cos x dx + sin x dy; reverse mode transposes it
+_sin_times_jvp.defjvp(lambda p, t: (_sin_times_jvp(*p), t[0] * p[1] * rm.cos(p[0]) + rm.sin(p[0]) * t[1]))
+
 NN = [
+    S("custom_jvp", _sin_times_jvp, lambda x, y: jnp.sin(x) * y, (3,), (3,)),
     S("checkpoint", _rm_ck, _jax_ck, (2, 3), (3, 3)),
     S("custom_vjp", _sin_times, lambda x, y: jnp.sin(x) * y, (3,), (3,)),
     S("checkpoint", lambda x: rm.checkpoint(lambda: rm.sin(x) * x), lambda x: jnp.sin(x) * x,
@@ -237,6 +247,53 @@ NN = [
     S("cross_entropy", lambda z: rm.nn.cross_entropy(z, LABELS), lambda z: _jax_ce(z, LABELS),
       (2, 3, 5)),
     S("dropout", lambda x: rm.nn.dropout(KEY, x, 0.3), lambda x: jnp.where(DROP_MASK, x / 0.7, 0.0),
+      (3, 4)),
+]
+
+
+def zeros_among(rng, shape):
+    """Normal values with exact zeros mixed in (where a cumulative product's naive gradient,
+    out / x, divides by zero)."""
+    x = rng.normal(size=shape)
+    x.reshape(-1)[:: max(1, x.size // 3)] = 0.0
+    return x
+
+
+WHERE = np.array([[0, 2], [1, 1]])  # repeated positions for the functional updates
+
+
+def _jax_rms(x, g, axis=-1, eps=1e-6):
+    return x / jnp.sqrt(jnp.mean(x * x, axis=axis, keepdims=True) + eps) * g
+
+
+NAMES = [  # issue 11: the names NumPy and JAX users type, primitives and compositions
+    S("cumsum", rm.cumsum, jnp.cumsum, (3, 4), params=dict(axis=1)),
+    S("cumsum", rm.cumsum, jnp.cumsum, (2, 3), tag="flat"),
+    S("cumprod", rm.cumprod, jnp.cumprod, (3, 5), params=dict(axis=1)),
+    S("cumprod", rm.cumprod, jnp.cumprod, (2, 7), domain=zeros_among, params=dict(axis=-1), tag="zeros"),
+    S("sort", rm.sort, jnp.sort, (3, 4), domain=spread),
+    S("sort", rm.sort, jnp.sort, (3, 4), domain=spread, params=dict(axis=0, descending=True), tag="descending"),
+    S("remainder", rm.remainder, jnp.remainder, (3, 4), (4,), domain=(spread, positive)),
+    S("var", rm.var, jnp.var, (3, 4), params=dict(axis=1, ddof=1)),
+    S("std", rm.std, jnp.std, (2, 3, 4), params=dict(axis=(0, 2))),
+    S("einsum", lambda a, b: rm.einsum("bij,jk->bki", a, b), lambda a, b: jnp.einsum("bij,jk->bki", a, b),
+      (2, 3, 4), (4, 5)),
+    S("einsum", lambda a: rm.einsum("ii->i", a), lambda a: jnp.einsum("ii->i", a), (3, 3), tag="diagonal"),
+    S("einsum", lambda a, b, c: rm.einsum("ij,jk,k->i", a, b, c), lambda a, b, c: jnp.einsum("ij,jk,k->i", a, b, c),
+      (2, 3), (3, 4), (4,), tag="three"),
+    S("outer", rm.outer, jnp.outer, (3,), (2, 2)),
+    S("norm", rm.linalg.norm, jnp.linalg.norm, (3, 4)),
+    S("norm", rm.linalg.norm, jnp.linalg.norm, (3, 4), domain=nonzero, params=dict(ord=1, axis=1), tag="l1"),
+    S("norm", rm.linalg.norm, jnp.linalg.norm, (3, 4), domain=positive, params=dict(ord=3, axis=0), tag="p3"),
+    S("norm", rm.linalg.norm, jnp.linalg.norm, (3, 4), domain=spread, params=dict(ord=np.inf), tag="matrix-inf"),
+    S("silu", rm.nn.silu, jax.nn.silu, (3, 4)),
+    S("softplus", rm.nn.softplus, jax.nn.softplus, (3, 4)),
+    S("rms_norm", rm.nn.rms_norm, _jax_rms, (3, 4), (4,)),
+    S("at_set", lambda x, v: x.at[WHERE].set(v), lambda x, v: x.at[WHERE].set(v), (3, 4), (2, 2, 4)),
+    S("at_add", lambda x, v: x.at[:, WHERE].add(v), lambda x, v: x.at[:, WHERE].add(v), (3, 4), (3, 2, 2)),
+    S("at_multiply", lambda x, v: x.at[1:, 2].multiply(v), lambda x, v: x.at[1:, 2].multiply(v), (3, 4), (2,)),
+    S("mask", lambda x: x[MASK] * 2.0, lambda x: x[MASK] * 2.0, (3, 4)),
+    S("split", lambda x: rm.split(x, [1, 3], axis=1)[1] * 3.0, lambda x: jnp.split(x, [1, 3], axis=1)[1] * 3.0,
       (3, 4)),
 ]
 
@@ -264,7 +321,7 @@ LOOPS = [
 ]
 FORWARD_ONLY = {"while", "scan_binomial"}  # reverse mode raises (tests/test_loops.py checks the error)
 
-SPECS = UNARY + BINARY + REDUCE + SHAPE + LINALG + INDEXING + NN + LOOPS
+SPECS = UNARY + BINARY + REDUCE + SHAPE + LINALG + INDEXING + NN + NAMES + LOOPS
 IDS = [s.id for s in SPECS]
 
 # ---------------------------------------------------------------- helpers

@@ -222,8 +222,9 @@ def test_scan_inside_checkpoint(backend, rng):
     expected = on_jax(jax.value_and_grad(jax.checkpoint(nested_jax), (0, 1)), x, W)
     assert_close(got, expected)
     graph = rm.make_graph(ck)(x, W)
-    (block,) = [n for n in graph.nodes if n.op == "checkpoint"]
-    # The forward block keeps none of the loops' values; the recomputation after the barrier does.
+    (block,) = [n for n in graph.nodes if n.op == "checkpoint" and not n.params.get("differentiated")]
+    # The forward block keeps none of the loops' values; the recomputation after the barrier (in
+    # the backward block, a checkpoint of its own) does.
     assert [len(n.outputs) for n in block.params["body"].nodes if n.op == "scan"] == [2]
     assert graph.count("barrier") == 1 and graph.count("scan") == 2 + 1 + 2 + 1  # forward, recomputed, backward
 
@@ -522,6 +523,80 @@ def test_eager_loops_leave_their_operands_alone():
     assert np.asarray(x).tolist() == [1.0, 2.0]
 
 
+def _scans(graph) -> list:
+    return [n for n in graph.walk() if n.op in ("scan", "scan_binomial")]
+
+
+@pytest.mark.parametrize("checkpoint", [None, "step", rm.loops.binomial()], ids=["plain", "step", "binomial"])
+def test_backward_loop_computes_only_the_cotangents_asked_for(backend, rng, checkpoint):
+    """An RNN differentiated with respect to its weights only: the backward loop computes no
+    cotangent of xs (the data) nor of the loop-invariant input it does not ask for, and stacks
+    no residual that only those needed; the gradients are those of the full gradient."""
+    T, B, X, H = 7, 2, 5, 3
+    h0, xs, Wh, Wx = f64(rng, B, H), f64(rng, T, B, X), f64(rng, H, H, scale=0.5), f64(rng, X, H)
+
+    def loss(Wh, Wx, h0, xs):
+        def cell(h, x):
+            h = rm.tanh(h @ Wh + x @ Wx)
+            return h, rm.sum(h * h)
+
+        h, ys = rm.scan(cell, h0, xs, checkpoint=checkpoint)
+        return rm.sum(ys) + rm.sum(h)
+
+    step = rm.value_and_grad(loss, 0)  # Wh only: not Wx, h0 nor xs
+    graph = rm.make_graph(step)(Wh, Wx, h0, xs)
+    check(graph)
+    types = {(v.shape, v.dtype) for n in _scans(graph) for v in n.outputs}
+    assert ((T, B, X), np.dtype("float64")) not in types  # no cotangent of xs
+    assert ((X, H), np.dtype("float64")) not in types  # nor of Wx, summed over the steps
+    backward = _scans(graph)[-1]
+    if backward.op == "scan":
+        body = backward.params["body"]
+        assert [v.shape for v in backward.outputs] == [(B, H), (H, H)]  # the carry's and Wh's cotangents
+        assert backward.params["num_carry"] == 2 and [v.shape for v in body.outputs] == [(B, H), (H, H)]
+        if checkpoint is None:  # the plain step's VJP reads x only for Wx's cotangent, not asked for
+            assert all(v.shape != (B, X) for v in body.inputs)
+    else:
+        assert backward.params["num_x_cts"] == 0 and [v.shape for v in backward.outputs] == [(B, H), (H, H)]
+    value, g = run_on(backend, step, Wh, Wx, h0, xs)
+    full = rm.value_and_grad(loss, ALL3 + (3,))(Wh, Wx, h0, xs)
+    assert_close((value, g), (full[0], full[1][0]))
+    # Before pruning the loop computed every cotangent: ask for all and they are all there.
+    everything = rm.make_graph(rm.value_and_grad(loss, (0, 1, 2, 3)))(Wh, Wx, h0, xs)
+    assert ((T, B, X), np.dtype("float64")) in {(v.shape, v.dtype) for n in _scans(everything) for v in n.outputs}
+
+
+def test_unread_loop_outputs_are_pruned_forward_too(backend, rng):
+    """A scan whose ys and whose second carry nobody reads loses them, with their work; a carry
+    that a kept carry reads stays (a fixed point); an integer carry gets no cotangent."""
+    xs = f64(rng, 5, 3)
+
+    def fn(xs):
+        def step(c, x):
+            a, b, n = c
+            return (rm.sin(a) + x, b * 2.0 + a, n + 1), (rm.exp(x), a * b)
+
+        (a, b, n), (e, ab) = rm.scan(step, (rm.zeros(3, "float64"), rm.ones(3, "float64"), rm.asarray(0)), xs)
+        return rm.sum(a) + rm.sum(e), n
+
+    graph = rm.make_graph(fn)(xs)
+    (node,) = _scans(graph)
+    assert node.params["num_carry"] == 1 + 1  # a, and n (an output); b and a * b are gone
+    assert [v.shape for v in node.outputs] == [(3,), (), (5, 3)]
+    assert {n.op for n in node.params["body"].nodes} == {"sin", "add", "exp"}
+    value, n = run_on(backend, fn, xs)
+    x = np.asarray(xs)
+    a = np.zeros(3)
+    for row in x:
+        a = np.sin(a) + row
+    np.testing.assert_allclose(np.asarray(value), a.sum() + np.exp(x).sum(), rtol=1e-12)
+    assert int(n) == 5
+    graph = rm.make_graph(rm.grad(lambda xs: fn(xs)[0]))(xs)
+    check(graph)
+    backward = _scans(graph)[-1]
+    assert all(v.dtype == np.float64 for v in backward.outputs)  # no cotangent of the counter
+
+
 def test_loop_invariant_values_are_computed_once_not_stacked(backend, rng):
     """`w * w` depends only on a capture: the backward loop gets it once, not one copy per step."""
     T, D = 6, 4
@@ -698,43 +773,110 @@ def test_binomial_gradient_evaluates_the_step_as_often_as_revolve(monkeypatch, r
         return calls[0]
 
     assert count(loss) == T
-    # The gradient alone needs no forward loop: Revolve's F(T, s) advances and T youturns.
+    # The gradient alone (the loss's cotangent needs no value): Revolve's F(T, s) advances, the
+    # first descent's run by the forward sweep, which skips the last step, and T youturns.
     assert count(rm.grad(loss, (0, 1))) == revolve.advances(T, s) + T
-    assert count(rm.value_and_grad(loss, (0, 1))) == T + revolve.advances(T, s) + T
+    # The value comes from the same sweep, which then also runs the last step: one more.
+    assert count(rm.value_and_grad(loss, (0, 1))) == revolve.advances(T, s) + T + 1
+    # A loss whose cotangent reads the last carry needs it for the gradient alone too.
+    squared = lambda h0, xs: loss(h0, xs) ** 2  # noqa: E731
+    optimum = revolve.advances(T, s) + T + 1
+    assert count(rm.grad(squared, (0, 1))) == count(rm.value_and_grad(squared, (0, 1))) == optimum
     assert revolve.advances(100, 7) == 255  # about 2.5 T: the O(T log T) of s = ceil(log2 T)
 
 
+def test_binomial_value_comes_from_the_one_forward_sweep(rng):
+    """The forward scan takes the first descent's snapshots and keeps the carry before the last
+    step; the backward node resumes from them and takes no c0. Without the value the sweep skips
+    its last step."""
+    from remat.loops import revolve
+
+    T, s = 17, 3
+    h0, xs = f64(rng, 3), f64(rng, T, 3)
+
+    def loss(h0, xs):
+        return rm.sum(rm.scan(lambda h, x: (rm.tanh(h * 0.9 + x), None), h0, xs, checkpoint=rm.loops.binomial(s))[0])
+
+    positions, row = revolve.first_descent(T, s)
+    table = revolve.actions(T, s)
+    assert len(positions) == s and positions[0] == 0 and list(positions) == sorted(set(positions))
+    assert row == T - 1 + s and table[row, 0] == revolve.YOUTURN  # 16 advances and 3 snapshots before it
+    assert set(table[:row, 0].tolist()) == {revolve.ADVANCE, revolve.TAKESHOT}
+    for fn, skips in ((rm.value_and_grad(loss, (0, 1)), False), (rm.grad(loss, (0, 1)), True)):
+        graph = rm.make_graph(fn)(h0, xs)
+        check(graph)
+        (fwd,) = [n for n in graph.nodes if n.op == "scan"]
+        (bwd,) = [n for n in graph.nodes if n.op == "scan_binomial"]
+        assert fwd.params["snapshots"] == positions and fwd.params.get("skip_last", False) == skips
+        assert [v.shape for v in fwd.outputs] == [(3,), (s, 3), (3,)]  # cT, the snapshots, c16
+        assert bwd.params["resumed"] and list(bwd.inputs[:2]) == list(fwd.outputs[1:])
+        assert graph.inputs[0] not in bwd.inputs  # c0 is snapshot 0, the sweep's
+    expected = rm.value_and_grad(lambda h0, xs: rm.sum(rm.scan(lambda h, x: (rm.tanh(h * 0.9 + x), None), h0, xs)[0]),
+                                 (0, 1))(h0, xs)
+    for backend in ("numpy", "xla"):
+        assert_close(rm.jit(rm.value_and_grad(loss, (0, 1)), backend=backend)(h0, xs), expected)
+        assert_close(rm.jit(rm.grad(loss, (0, 1)), backend=backend)(h0, xs), expected[1])
+
+
+def test_saved_residuals_of_a_binomial_scan_are_its_snapshots():
+    w = rm.asarray(np.full(3, 0.5))
+
+    def loss(h0, xs):
+        h, ys = rm.scan(lambda h, x: (rm.tanh(h * w + x), rm.sum(h)), h0, xs, checkpoint=rm.loops.binomial(2))
+        return rm.sum(h * h) + rm.sum(ys)
+
+    rows = rm.memory.saved_residuals(loss, rm.ones(3, "float64"), rm.ones((8, 3), "float64"))
+    line = f"test_loops.py:{loss.__code__.co_firstlineno + 1}"
+    sweep = [(r.shape, r.provenance) for r in rows if "binomial" in r.provenance]
+    assert sweep == [((2, 3), f"snapshots of the loop's carry, for the binomial schedule of the scan at {line}"),
+                     ((3,), f"the loop's carry before its last step, for the binomial schedule of the scan at {line}")]
+    assert not [r for r in rows if r.shape[:1] == (8,) and r.provenance != "argument xs"]  # nothing per step
+
+
 def test_binomial_keeps_at_most_s_plus_2_carries(monkeypatch):
-    """Count the carries the NumPy loop holds whenever it runs a step: its snapshots, the current
-    carry and the one an advance makes. The evaluator's byte count agrees: s + 2 carries, the
-    cotangent and two temporaries of the step's VJP, against ~2 T carries for the plain loop."""
+    """Count the carries the NumPy loop holds whenever it runs a step: its snapshots (the rows of
+    the forward sweep's buffer, which the backward loop owns and overwrites), the current carry
+    and the one an advance makes. The evaluator's byte count agrees: s + 2 carries, the cotangent
+    and its seed, and three temporaries of the step's VJP, against ~2 T carries for the plain
+    loop."""
     from remat.loops import numpy_impl
 
     n, T = 1 << 14, 100
     s = int(np.ceil(np.log2(T)))
-    most = [0]
-    run = numpy_impl._Binomial._run
+    most = {"forward": 0, "backward": 0}
+    run, see = numpy_impl._Binomial._run, numpy_impl._Sweep.see
 
     def counting(self, graph, args):
         outs = run(self, graph, args)
         made = outs if graph is self.advance else []
-        alive = {id(a) for kept in self.slots.values() for a in kept} | {id(a) for a in [*self.current, *made]}
-        most[0] = max(most[0], len(alive))
+        assert all(a.base is self.buffers[0] for kept in self.slots.values() for a in kept)  # in the buffer
+        loose = {id(a) for a in [*self.current, *made] if a.base is not self.buffers[0]}
+        most["backward"] = max(most["backward"], len(self.buffers[0]) + len(loose))
         return outs
 
-    monkeypatch.setattr(numpy_impl._Binomial, "_run", counting)
+    def sweeping(self, i, carry):
+        see(self, i, carry)
+        # the buffer, the carry before step i, and the one step i makes (until the next call)
+        most["forward"] = max(most["forward"], len(self.buffers[0]) + 2)
 
-    def peak(checkpoint):
+    monkeypatch.setattr(numpy_impl._Binomial, "_run", counting)
+    monkeypatch.setattr(numpy_impl._Sweep, "see", sweeping)
+
+    def peak(checkpoint, how=rm.grad):
         def loss(h0, w):
             return rm.sum(rm.scan(lambda h, _: (rm.tanh(h * w + 0.5), None), h0, length=T, checkpoint=checkpoint)[0])
 
         args = np.full(n, 0.1), np.full(n, 0.9)
-        compiled = rm.jit(rm.grad(loss, (0, 1))).lower(*args).compile()
+        compiled = rm.jit(how(loss, (0, 1))).lower(*args).compile()
         compiled(*args)
         return compiled.last_memory.peak / (n * 8)
 
-    assert peak(rm.loops.binomial()) <= s + 4
-    assert most[0] == s + 2
+    # A node's inputs live until it ends, so a row of the sweep's buffer outlives its last use
+    # (the schedule frees a snapshot after its last restore): s + 6, not the s + 4 of a backward
+    # loop that ran the first descent itself and so ran the forward loop twice for a value.
+    assert peak(rm.loops.binomial()) <= s + 6
+    assert peak(rm.loops.binomial(), rm.value_and_grad) < s + 6.01  # and the loss, a scalar
+    assert most == {"forward": s + 2, "backward": s + 2}
     assert peak(None) >= 2 * T
 
 
@@ -753,6 +895,36 @@ def test_scanned_mlp_model_equals_the_unrolled_model(backend, checkpoint):
     got = run_on(backend, rm.value_and_grad(lambda s, x: models.scanned_mlp_loss(s, x, checkpoint), (0, 1)), stacked, x)
     value, (grads, gx) = rm.value_and_grad(lambda p, x: models.residual_mlp_loss(p, x), (0, 1))(params, x)
     assert_close(got, (value, (models.stack_params(grads), gx)))
+
+
+@pytest.mark.parametrize("checkpoint", [None, "step", rm.loops.segments(), rm.loops.binomial()],
+                         ids=["plain", "step", "segments", "binomial"])
+def test_scanned_gpt_model_equals_the_unrolled_model_and_jax(backend, checkpoint):
+    """The GPT-style model as one scan over its stacked blocks: the loss and the gradients of
+    every weight are the unrolled model's and those of jax.lax.scan + jax.checkpoint (float64)."""
+    from remat import models
+    from remat.bench import impl_jax
+    from remat.bench.config import GPT, inputs
+
+    size = GPT(layers=3, d_model=8, heads=2, seq=5, batch=2, vocab=7)
+    params32, data = inputs(size)
+    params = rm.tree.map(lambda a: a.astype("float64"), params32)
+    stacked = models.stack_gpt_params(params)
+    assert stacked["blocks"]["fc"].shape == (3, 8, 32) and stacked["tok"].shape == (7, 8)
+    step = rm.value_and_grad(lambda p, d: models.scanned_gpt_loss(p, d, checkpoint, size.heads))
+    got = run_on(backend, step, stacked, data)
+    value, grads = rm.value_and_grad(lambda p, d: models.gpt_loss(p, d, "none", size.heads))(params, data)
+    assert_close(got, (value, models.stack_gpt_params(grads)), rtol=1e-9, atol=1e-12)
+    with jax.enable_x64(True):
+        jax_params = jax.tree_util.tree_map(jnp.asarray, rm.tree.map(np.asarray, stacked))
+        expected = jax.jit(jax.value_and_grad(lambda p, d: impl_jax.scanned_gpt_loss(p, d, "step", size.heads)))(
+            jax_params, data)
+        expected = jax.tree_util.tree_map(np.asarray, expected)
+    assert_close(got[0], expected[0], rtol=1e-9, atol=1e-12)
+    for name in ("tok", "pos", "lnf_g", "lnf_b", "head"):
+        assert_close(got[1][name], expected[1][name], rtol=1e-9, atol=1e-12)
+    for name, g in got[1]["blocks"].items():
+        assert_close(g, expected[1]["blocks"][name], rtol=1e-9, atol=1e-12)
 
 
 def test_rnn_model_equals_jax(backend, rng):

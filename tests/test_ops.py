@@ -115,6 +115,22 @@ ARG_REDUCE = _red([
     ((3, 4), {"keepdims": True}),
 ])
 IDX = np.array([2, 0, 2, 1])
+CUMULATIVE = _red([((3, 4), {}), ((3, 4), {"axis": 1}), ((2, 3, 4), {"axis": -3}), ((5,), {"axis": 0})])
+SORTS = _red([((3, 4), {}), ((3, 4), {"axis": 0}), ((2, 3, 4), {"axis": None}), ((7,), {"descending": True}),
+              ((2, 5), {"axis": 0, "descending": True})])
+
+
+def _np_argsort(x, axis=-1, descending=False):
+    """NumPy's stable argsort; descending as jnp.argsort does it (equal elements keep their order)."""
+    if not descending:
+        return np.argsort(x, axis=axis, kind="stable")
+    n = x.size if axis is None else x.shape[axis]
+    return n - 1 - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+
+
+def _np_sort(x, axis=-1, descending=False):
+    flat = x.reshape(-1) if axis is None else x
+    return np.take_along_axis(flat, _np_argsort(x, axis, descending), axis=0 if axis is None else axis)
 
 SPECS = [
     # ---- unary math
@@ -271,6 +287,48 @@ SPECS = [
         (((4, 5),), {"index": (np.array([3, 0, 0]), slice(1, 4))}),
         (((4, 5),), {"index": ()}),
     ]),
+    # ---- issue 11: the names NumPy and JAX users type
+    Spec("floor_divide", rm.floor_divide, np.floor_divide, [((a, b), {}) for a, b in BINARY],
+         dtypes=NUMERIC, domain="nonzero"),
+    Spec("remainder", rm.remainder, np.remainder, [((a, b), {}) for a, b in BINARY],
+         dtypes=NUMERIC, domain="nonzero"),
+    Spec("var", rm.var, np.var, [*REDUCE, (((3, 4),), {"axis": 1, "ddof": 1})], dtypes=NUMERIC, out=to_float),
+    Spec("std", rm.std, np.std, [*REDUCE, (((2, 3, 4),), {"axis": (0, 1), "ddof": 2})], dtypes=NUMERIC,
+         out=to_float),
+    Spec("cumsum", rm.cumsum, np.cumsum, CUMULATIVE, out=sum_dtype),
+    Spec("cumprod", rm.cumprod, np.cumprod, CUMULATIVE, out=sum_dtype, domain="small"),
+    Spec("sort", rm.sort, _np_sort, SORTS),
+    Spec("argsort", rm.argsort, _np_argsort, SORTS, out=to_i32),
+    Spec("einsum", lambda *xs, subscripts: rm.einsum(subscripts, *xs),
+         lambda *xs, subscripts: np.einsum(subscripts, *xs), [
+             (((3, 4), (4, 5)), {"subscripts": "ij,jk->ik"}),
+             (((2, 3, 4), (2, 4, 5)), {"subscripts": "bij,bjk->bik"}),
+             (((3, 3),), {"subscripts": "ii"}),
+             (((2, 3, 3),), {"subscripts": "bii->bi"}),
+             (((3, 4),), {"subscripts": "ij"}),
+             (((3, 4),), {"subscripts": "ba"}),
+             (((4,), (4,)), {"subscripts": "i,i"}),
+             (((3,), (4,)), {"subscripts": "i,j->ij"}),
+             (((2, 3), (3, 4), (4, 2)), {"subscripts": "ij,jk,kl->il"}),
+             (((5, 1, 3, 4), (2, 4, 2)), {"subscripts": "...ij,...jk->...ik"}),
+             (((2, 3, 4),), {"subscripts": "i...->...i"}),
+             (((1, 3), (4, 3)), {"subscripts": "ij,ij->i"}),
+         ], dtypes=NUMERIC),
+    Spec("outer", rm.outer, np.outer, [(((3,), (4,)), {}), (((2, 2), (3,)), {}), (((), (2,)), {})]),
+    Spec("concatenate", lambda *xs, **kw: rm.concatenate(list(xs), **kw),
+         lambda *xs, **kw: np.concatenate(xs, **kw), [(((2, 3), (4, 3)), {}), (((2, 3), (2, 1)), {"axis": -1})]),
+    Spec("split", lambda x, **kw: rm.concat([rm.sum(p, axis=0, keepdims=True) for p in rm.split(x, **kw)]),
+         lambda x, **kw: np.concatenate([np.sum(p, axis=0, keepdims=True) for p in np.split(x, **kw)]), [
+             (((6, 2),), {"indices_or_sections": 3}),
+             (((6, 2),), {"indices_or_sections": [1, 4]}),
+             (((6, 2),), {"indices_or_sections": [-2, 8]}),
+             (((2, 6),), {"indices_or_sections": 2, "axis": 1}),
+         ], out=sum_dtype),
+    Spec("linspace", rm.linspace, np.linspace, [
+        ((), {"start": 0.0, "stop": 1.0, "num": 5, "dtype": DT}),
+        ((), {"start": -3, "stop": 7, "num": 4, "endpoint": False, "dtype": DT}),
+        ((), {"start": 2.5, "stop": -1.5, "num": 1, "dtype": DT}),
+    ], dtypes=NUMERIC),
     # ---- identities
     Spec("stop_gradient", rm.stop_gradient, lambda x: x, [(a, {}) for a in UNARY]),
     Spec("checkpoint_name", rm.checkpoint_name, lambda x, name: x, [(((3, 4),), {"name": "h"})]),

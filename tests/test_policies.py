@@ -115,12 +115,13 @@ def test_everything_saveable_recomputes_nothing(args):
 
 
 def test_only_values_the_gradient_needs_are_saved(rng):
-    # tanh's VJP reads its output, never its input: saving everything saves the tanh only.
+    # tanh's VJP reads only its derivative 1 - y*y, which depends on primal values alone: saving
+    # everything saves that one value (as JAX saves the primal part of tanh's JVP), not x or y.
     x, w = f32(rng, 3, 4), f32(rng, 4, 4)
     node = block(lambda x, w: rm.checkpoint(lambda h: rm.tanh(h @ w + 1.0), x, policy=P.everything_saveable), x, w)
     body = node.params["body"]
     assert node.params["num_residuals"] == 1
-    assert body.nodes[[v for n in body.nodes for v in n.outputs].index(body.outputs[1])].op == "tanh"
+    assert body.nodes[[v for n in body.nodes for v in n.outputs].index(body.outputs[1])].op == "subtract"
 
 
 def test_a_callable_policy_sees_op_inputs_outputs_and_params(args):
@@ -271,3 +272,75 @@ def test_an_unhashable_callable_policy_is_refused():
 
     with pytest.raises(TypeError, match="policy must be hashable"):
         rm.checkpoint(rm.sin, rm.ones((2,)), policy=Unhashable())
+
+
+# ---------------------------------------------------------------- issue 13: more of JAX's policies
+
+
+def test_a_policy_can_save_what_a_derivative_rule_computes_the_cos_of_sin():
+    # JAX's test_remat_custom_policy_save_cos: the cosines are computed in the forward pass and
+    # saved; the backward pass runs neither sin nor cos.
+    import jax
+    import jax.numpy as jnp
+
+    save_cos = lambda op, *_: op == "cos"  # noqa: E731
+    f = rm.remat(lambda x: rm.sin(rm.sin(x)), policy=save_cos)
+    graph = rm.make_graph(rm.grad(lambda x: rm.sum(f(x))))(rm.ones(3))
+    forward, backward = [n for n in graph.nodes if n.op == "checkpoint"]
+    assert forward.params["body"].count("cos") == 2 and forward.params["num_residuals"] == 2
+    assert backward.params["body"].count("sin") == 0 and backward.params["body"].count("cos") == 0
+    assert [r.provenance.split(" at ")[0] for r in rm.memory.saved_residuals(lambda x: rm.sum(f(x)), rm.ones(3))] \
+        == ["output of cos", "output of cos"]
+    jf = jax.remat(lambda x: jnp.sin(jnp.sin(x)), policy=lambda prim, *_, **__: str(prim) == "cos")
+    _, f_lin = jax.linearize(jf, 1.0)
+    assert " cos " not in str(f_lin.func.args[0]) and " sin " not in str(f_lin.func.args[0])
+    for order in (1, 2, 3):
+        got, want = f, jf
+        for _ in range(order):
+            got, want = rm.grad(got), jax.grad(want)
+        np.testing.assert_allclose(got(rm.asarray(0.7)), want(0.7), rtol=1e-5)
+
+
+def test_saving_a_derivative_value_keeps_no_more_than_the_plain_gradient(rng):
+    x = f32(rng, 8, 8)
+    every = lambda x: rm.sum(rm.checkpoint(lambda h: rm.exp(rm.sin(h)) * h, x, policy=P.everything_saveable))  # noqa
+    plain = lambda x: rm.sum(rm.exp(rm.sin(x)) * x)  # noqa: E731
+    size = lambda fn: sum(r.nbytes for r in rm.memory.saved_residuals(fn, x))  # noqa: E731
+    assert size(every) <= size(plain)
+    np.testing.assert_allclose(rm.grad(every)(x), rm.grad(plain)(x), rtol=1e-5)
+
+
+def test_dots_with_no_batch_dims_saveable_saves_the_unbatched_product_as_jax_does(rng):
+    import jax
+    import jax.numpy as jnp
+    from jax._src.ad_checkpoint import saved_residuals
+
+    w, b, x = f32(rng, 3, 3), f32(rng, 2, 3, 3), f32(rng, 2, 4, 3)
+    loss = lambda x: rm.sum(rm.checkpoint(lambda h: rm.sin(h @ w) @ b, x, policy=P.dots_with_no_batch_dims_saveable))  # noqa
+    outputs = [r.shape for r in rm.memory.saved_residuals(loss, x) if r.kind == "output"]
+    jp = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    jw, jb = np.asarray(w), np.asarray(b)
+    jloss = lambda x: jnp.sum(jax.checkpoint(lambda h: jnp.sin(h @ jw) @ jb, policy=jp)(x))  # noqa: E731
+    want = [a.shape for a, why in saved_residuals(jloss, np.asarray(x)) if why.startswith("output")]
+    assert outputs == want == [(2, 4, 3)]
+    assert repr(P.dots_with_no_batch_dims_saveable) == "dots_with_no_batch_dims_saveable"
+    assert P.dots_with_no_batch_dims_saveable("matmul", [rm.Var((4, 3, 2), "float32"), rm.Var((2, 5), "float32")],
+                                              [], {})
+    assert not P.dots_with_no_batch_dims_saveable("matmul", [rm.Var((4, 3, 2), "float32"),
+                                                             rm.Var((4, 2, 5), "float32")], [], {})
+
+
+def test_save_from_both_policies_saves_what_either_saves(args):
+    both = P.save_from_both_policies(P.save_only_these_names("a"), P.save_only_these_names("c"))
+    assert named_residuals(loss_with(both), *args) == ["named 'a'", "named 'c'"]
+    mixed = P.save_from_both_policies(P.dots_saveable, P.save_only_these_names("a"))
+    assert repr(mixed) == "save_from_both_policies(dots_saveable, save_only_these_names('a'))"
+    assert mixed == P.save_from_both_policies(P.dots_saveable, P.save_only_these_names("a"))
+    assert hash(mixed) == hash(P.save_from_both_policies(P.dots_saveable, P.save_only_these_names("a")))
+    kinds = [r.provenance.split(" at ")[0] for r in rm.memory.saved_residuals(loss_with(mixed), *args)]
+    assert "named 'a'" in kinds and "output of matmul" in kinds
+
+
+def test_save_from_both_policies_warns_about_a_name_the_body_lacks(args):
+    with pytest.warns(P.UnusedNameWarning, match=r"save_only_these_names\('zz'\) names 'zz'"):
+        rm.grad(loss_with(P.save_from_both_policies(P.dots_saveable, P.save_only_these_names("zz"))))(*args)

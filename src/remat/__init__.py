@@ -7,11 +7,12 @@
 (2, 3)
 """
 
-from remat import dtypes, memory, nn, policies, random, tree
+from remat import dtypes, linalg, memory, nn, optim, policies, random, tree
 from remat.autodiff import grad, value_and_grad, vjp
-from remat.checkpoint import checkpoint, remat
+from remat.checkpoint import checkpoint, checkpoint_sequential, remat
+from remat.custom_jvp import custom_jvp
 from remat.custom_vjp import custom_vjp
-from remat.dtypes import bool_, float32, float64, int32, int64
+from remat.dtypes import bfloat16, bool_, float16, float32, float64, int32, int64
 from remat.errors import (
     ArgumentTypeError,
     ArgumentValueError,
@@ -22,7 +23,10 @@ from remat.errors import (
     TracerError,
     ValueOverflow,
 )
+from remat.forward import jvp, linearize
 from remat.graph import Graph, Node, Var
+from remat.interop import from_dlpack
+from remat.jacobians import hessian, jacfwd, jacrev
 from remat.jit import clear_caches, jit
 from remat.loops import cond, fori_loop, scan, switch, while_loop
 from remat.ops import (
@@ -31,24 +35,31 @@ from remat.ops import (
     arange,
     argmax,
     argmin,
+    argsort,
     astype,
     broadcast_to,
     checkpoint_name,
     clip,
     concat,
+    concatenate,
     cos,
+    cumprod,
+    cumsum,
     divide,
+    einsum,
     equal,
     exp,
     expand_dims,
     eye,
     flip,
+    floor_divide,
     full,
     greater,
     greater_equal,
     index_add,
     less,
     less_equal,
+    linspace,
     log,
     log1p,
     logical_and,
@@ -66,18 +77,23 @@ from remat.ops import (
     not_equal,
     ones,
     ones_like,
+    outer,
     pad,
     permute_dims,
     pow,
     prod,
+    remainder,
     reshape,
     sign,
     sin,
     slice,
+    sort,
+    split,
     sqrt,
     square,
     squeeze,
     stack,
+    std,
     stop_gradient,
     subtract,
     sum,
@@ -85,6 +101,7 @@ from remat.ops import (
     tanh,
     tensordot,
     transpose,
+    var,
     where,
     zeros,
     zeros_like,

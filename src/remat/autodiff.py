@@ -12,30 +12,63 @@ from collections.abc import Callable
 
 import numpy as np
 
-from remat import argcheck, dtypes, tree
+from remat import argcheck, backends, dtypes, tree
+from remat.accumulate import Cotangents
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Var
 from remat.jit import call_traced
 from remat.ops.core import OPS
-from remat.trace import Tensor, asarray, bind, current_trace, trace_function
-from remat.vectorize import align_to
+from remat.trace import Tensor, asarray, bind, current_trace, new_trace, trace_function
+from remat.vectorize import align_to, cotangent_layout, from_raw_layout
 
 
 def replay(graph: Graph, inputs: list[Tensor]) -> dict[Var, Tensor]:
-    """Re-emit `graph`'s nodes as ops on `inputs`; returns every Var's tensor."""
+    """Re-emit `graph`'s nodes as ops on `inputs`, as the forward half of its VJP; returns every
+    Var's tensor. A custom_vjp node is emitted as its fwd's code (and so are those inside the
+    blocks it binds): `backward_pass` applies the custom rule, which it reads from `graph`, while
+    a derivative of the replay goes through fwd's code. That is JAX's rule: a custom VJP gives
+    the derivative of the function's own output; higher orders differentiate fwd."""
+    return _replay(graph, inputs, linearize=True)
+
+
+def emit(graph: Graph, inputs: list[Tensor]) -> list[Tensor]:
+    """`graph`'s outputs, its nodes re-emitted as they are on `inputs` (custom rules kept)."""
+    env = _replay(graph, inputs, linearize=False)
+    return [env[v] for v in graph.outputs]
+
+
+def _replay(graph: Graph, inputs: list[Tensor], linearize: bool) -> dict[Var, Tensor]:
     env: dict[Var, Tensor] = dict(zip(graph.inputs, inputs))
     for v, value in graph.constants.items():
         env[v] = Tensor._concrete(value)
     for node in graph.nodes:
-        with source_of(node.source):
-            outs = bind(OPS[node.op], *[env[v] for v in node.inputs], **node.params)
-        env.update(zip(node.outputs, outs if isinstance(outs, tuple) else (outs,)))
+        ins = [env[v] for v in node.inputs]
+        if linearize and node.op == "custom_vjp":
+            outs = emit(node.params["body"], ins)
+        else:
+            params = _linearized_params(node.params) if linearize else node.params
+            with source_of(node.source):
+                outs = bind(OPS[node.op], *ins, **params)
+        env.update(zip(node.outputs, outs if isinstance(outs, (tuple, list)) else (outs,)))
     return env
+
+
+def _linearized_params(params: dict) -> dict:
+    """A block's params with each sub-graph replayed: the custom_vjp nodes inside become fwd's
+    code too, so a second derivative of a checkpoint or a loop sees what it would unblocked."""
+    subs = {k: g for k, g in params.items() if isinstance(g, Graph) and any(n.op == "custom_vjp" for n in g.walk())}
+    return {**params, **{k: _linearized(g) for k, g in subs.items()}} if subs else params
+
+
+def _linearized(graph: Graph) -> Graph:
+    with new_trace("linearized block") as t:
+        env = replay(graph, [t.new_input(v.shape, v.dtype) for v in graph.inputs])
+        return t.to_graph([env[v] for v in graph.outputs])
 
 
 def backward_pass(graph: Graph, env: dict[Var, Tensor], out_cts) -> list[Tensor | None]:
     """Cotangents of `graph.inputs` given those of its outputs (None where no gradient flows)."""
-    cts: dict[Var, Tensor] = {}
+    cts = Cotangents(graph, env)  # a dict that combines the cotangents of slices of one tensor
 
     def accumulate(v: Var, ct: Tensor | None, op: str) -> None:
         if ct is None or v in graph.constants or not dtypes.is_float(v.dtype):
@@ -50,7 +83,7 @@ def backward_pass(graph: Graph, env: dict[Var, Tensor], out_cts) -> list[Tensor 
     for node in reversed(graph.nodes):
         gs = [cts.pop(v, None) for v in node.outputs]
         op = OPS[node.op]
-        if all(g is None for g in gs) or not op.differentiable:
+        if all(g is None for g in gs) or not op.differentiable or cts.defer_slice(node, gs[0]):
             continue
         ins = [env[v] for v in node.inputs]
         outs = [env[v] for v in node.outputs]
@@ -99,12 +132,9 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
     n_primal = primal_tree.num_leaves
 
     def vjp_fn(cotangent):
-        ct_leaves, ct_tree = tree.flatten(cotangent)
-        if ct_tree != primal_tree:
-            raise ArgumentTypeError(f"vjp: cotangent structure {ct_tree!r} differs from the output's {primal_tree!r}")
-        cts = [align_to(asarray(c), v)._raw() for c, v in zip(ct_leaves, traced.out_vaxes)]
+        cts = _cotangent_leaves(cotangent, primal_tree, traced.out_vaxes, graph.outputs[:n_primal])
         grads = backward_pass(graph, env, cts + [None] * (len(graph.outputs) - n_primal))[: len(inputs)]
-        grads = [_zeros_like(x) if g is None else g._relabel(x._vaxes) for g, x in zip(grads, inputs)]
+        grads = [_zeros_like(x) if g is None else from_raw_layout(g, x._vaxes) for g, x in zip(grads, inputs)]
         return tree.unflatten(in_tree, grads)
 
     if has_aux:
@@ -113,22 +143,80 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
 
 
 def _eager_vjp(fn, primals, has_aux):
-    """vjp outside any trace: run the forward now and, when asked, forward and backward as one
-    traced program."""
-
-    def forward(*p):
-        res = vjp(fn, *p, has_aux=has_aux)
-        return (res[0], res[2]) if has_aux else res[0]
-
-    result = call_traced(forward, primals)
+    """vjp outside any trace, as JAX's: the forward runs now and keeps only what the backward
+    reads (its residuals); `vjp_fn` runs the backward alone on them, so no forward op runs twice.
+    Both halves come from one trace, made for cotangents shaped like the outputs."""
+    flat, in_tree = tree.flatten(primals)
+    tensors = [asarray(x) for x in flat]
+    with new_trace(f"vjp({callable_name(fn)})") as t:
+        inputs = [t.new_input(x._full_shape, x.dtype)._relabel(x._vaxes) for x in tensors]
+        out, back, *aux = vjp(fn, *tree.unflatten(in_tree, inputs), has_aux=has_aux)
+        n_forward = len(t.nodes)
+        out_leaves, out_tree = tree.flatten(out)
+        cts = [t.new_input(o._full_shape, o.dtype)._relabel(o._vaxes) for o in out_leaves]
+        grads = [t.lift(g) for g in tree.leaves(back(tree.unflatten(out_tree, cts)))]
+        aux_leaves = tree.leaves(aux)
+        kept = [t.lift(x) for x in out_leaves + aux_leaves]
+    forward, backward = _cut(t, n_forward, kept, grads, len(tensors))
+    arrays = backends.get("numpy").compile(forward)(*[x._value for x in tensors])
+    residuals = arrays[len(kept) :]
+    # Not the tensors (nor the trace): vjp_fn keeps the residuals alone alive.
+    in_vaxes, out_vaxes = [x._vaxes for x in tensors], [o._vaxes for o in out_leaves]
+    wrap = [Tensor._concrete(a, x._vaxes) for a, x in zip(arrays, out_leaves + aux_leaves)]
+    out = tree.unflatten(out_tree, wrap[: len(out_leaves)])
 
     def vjp_fn(cotangent):
-        return call_traced(lambda p, ct: vjp(fn, *p, has_aux=has_aux)[1](ct), (primals, cotangent))
+        cts = _cotangent_leaves(cotangent, out_tree, out_vaxes, backward.inputs[len(residuals) :])
+        if current_trace() is None and all(c.is_concrete and not c._vaxes for c in cts):
+            run = backends.get("numpy").compile(backward)
+            raw = [Tensor._concrete(g) for g in run(*residuals, *[c._value for c in cts])]
+        else:  # traced, or vmapped over the cotangents: the backward's ops, bound as they come
+            raw = emit(backward, [Tensor._concrete(r) for r in residuals] + cts)
+        return tree.unflatten(in_tree, [from_raw_layout(g, v) for g, v in zip(raw, in_vaxes)])
 
     if has_aux:
-        out, aux = result
-        return out, vjp_fn, aux
-    return result, vjp_fn
+        return out, vjp_fn, tree.unflatten(tree.flatten(aux[0])[1], wrap[len(out_leaves) :])
+    return out, vjp_fn
+
+
+def _cut(t, n_forward: int, kept: list[Var], grads: list[Var], n_primals: int) -> tuple[Graph, Graph]:
+    """Trace `t` (primal inputs, then cotangent inputs; forward nodes, then backward ones) as a
+    forward Graph returning `kept` and then the residuals, and a backward Graph from the
+    residuals and the cotangents to `grads`."""
+    cts = t.inputs[n_primals:]
+    backward = _needed(cts, grads, t.nodes[n_forward:], t.constants)
+    made = {v for n in backward.nodes for v in n.outputs} | set(cts) | set(backward.constants)
+    reads = [v for n in backward.nodes for v in n.inputs] + grads
+    residuals = [v for v in dict.fromkeys(reads) if v not in made]
+    forward = _needed(t.inputs[:n_primals], kept + residuals, t.nodes[:n_forward], t.constants)
+    return forward, Graph(residuals + cts, grads, backward.nodes, backward.constants)
+
+
+def _needed(inputs: list[Var], outputs: list[Var], nodes, constants: dict) -> Graph:
+    """The Graph of the `nodes` (and `constants`) that `outputs` depend on."""
+    live, kept = set(outputs), []
+    for node in reversed(nodes):
+        if any(v in live for v in node.outputs):
+            kept.append(node)
+            live.update(node.inputs)
+    return Graph(inputs, outputs, kept[::-1], {v: a for v, a in constants.items() if v in live})
+
+
+def _cotangent_leaves(cotangent, out_tree: tree.TreeDef, out_vaxes: list, out_vars: list[Var]) -> list[Tensor]:
+    """The leaves of a cotangent for outputs of structure `out_tree` (raw Vars `out_vars`), in
+    the outputs' raw layout and dtypes, their structure and shapes checked."""
+    leaves, ct_tree = tree.flatten(cotangent)
+    if ct_tree != out_tree:
+        raise ArgumentTypeError(f"vjp: cotangent structure {ct_tree!r} differs from the output's {out_tree!r}")
+    paths = argcheck.leaf_paths(cotangent, "cotangent")
+    cts = []
+    for c, vaxes, v, path in zip(leaves, out_vaxes, out_vars, paths):
+        raw = cotangent_layout(asarray(c), vaxes)
+        if raw.shape != v.shape:
+            raise ShapeError(f"vjp: {path} has shape {asarray(c).shape}, but its output has shape "
+                             f"{v.shape[len(vaxes):]}; pass a cotangent of the output's shape")
+        cts.append(raw if raw.dtype == v.dtype else raw.astype(v.dtype))
+    return cts
 
 
 def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False):
@@ -200,6 +288,8 @@ def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False
 
     @functools.wraps(fn, updated=())
     def wrapped(*args, **kwargs):
+        if current_trace() is None:  # the gradient alone is the program: the unused value is never computed
+            return call_traced(lambda args, kwargs: wrapped(*args, **kwargs), (args, kwargs))
         value, g = vg(*args, **kwargs)
         return (g, value[1]) if has_aux else g
 

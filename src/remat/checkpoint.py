@@ -1,13 +1,17 @@
 """The checkpoint block: one node holding its body Graph, which inputs are explicit, a policy.
 
 Captures are found by tracing: whatever tensor of an enclosing trace the body reads becomes an
-input of the block after the explicit ones. The gradient rule ties the explicit inputs and the
-incoming cotangent together with a barrier, recomputes the body from the barrier's outputs (and
-the captured tensors, read directly) and back-propagates through the recomputation.
+input of the block after the explicit ones. The gradient rule ties the explicit inputs the
+backward pass reads and the incoming cotangent together with a barrier, then runs a *backward
+block*: a checkpoint block (`differentiated=True`) whose body recomputes the forward body and
+back-propagates through it. Because the backward pass is itself a checkpoint block, grad of grad
+recomputes it in turn instead of keeping its internals: higher orders save memory too.
 
 A policy (`rm.policies`) picks body values to save: they become extra outputs of the block (its
 residuals, `params["num_residuals"]` of them, after the user's outputs), and the recomputation
-reads them instead of recomputing their producers.
+reads them instead of recomputing their producers. A checkpoint never keeps more bytes than the
+same body without it: where recomputing would need inputs larger than what the plain gradient
+keeps, the block saves what the plain gradient keeps instead.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from remat import argcheck, dtypes, policies, tree
-from remat.errors import ArgumentTypeError, at_source, callable_name, user_source
-from remat.graph import Graph, Var
-from remat.ops.core import Aval, declare
+from remat import argcheck, checkpoint_cache, policies, tree
+from remat import checkpoint_derived as derived
+from remat.custom_vjp import named_outputs
+from remat.errors import ArgumentTypeError, ArgumentValueError, at_source, callable_name, user_source
+from remat.graph import Graph, Node, Var
+from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.identity import barrier
 from remat.trace import (
     Tensor,
@@ -30,37 +36,74 @@ from remat.trace import (
     bind,
     current_trace,
     is_array,
-    is_tensor_like,
-    new_trace,
     trace_function,
 )
 
+# ---------------------------------------------------------------- the block and its gradient
 
-def _checkpoint_rule(*avals, body: Graph, saved: tuple[int, ...], policy, num_residuals=0) -> list[Aval]:
+
+def _checkpoint_rule(*avals, body: Graph, saved, policy, num_residuals=0, prevent_cse=True,
+                     differentiated=False) -> list[Aval]:
     if [(a.shape, a.dtype) for a in avals] != [(v.shape, v.dtype) for v in body.inputs]:
         raise TypeError("checkpoint inputs do not match its body's inputs")
     return [Aval(v.shape, v.dtype) for v in body.outputs]
 
 
-def _checkpoint_vjp(gs, *inputs, out, body: Graph, saved, policy, num_residuals=0):
-    # With inputs (e..., c...), residuals r... and cotangent g: (e'..., r'..., g') =
-    # barrier(e..., r..., g); recompute the body on (e'..., c...) reading r' instead of
-    # recomputing the saved values; back-propagate g' through the recomputation.
+def _checkpoint_vjp(gs, *inputs, out, body: Graph, saved, policy, num_residuals=0, prevent_cse=True,
+                    differentiated=False):
+    # With inputs (e..., c...), residuals r... and cotangents g...: the backward block B reads
+    # the e and r its recomputation needs, the g and the captured c; (e'..., r'..., g'...) =
+    # barrier(e..., r..., g...) orders B after the cotangents exist, and B's body replays the
+    # forward body on (e'..., c...), reading r' instead of recomputing saved values, then
+    # back-propagates g'.
     from remat.autodiff import backward_pass
 
     n_out = len(body.outputs) - num_residuals
-    user_gs = [asarray(np.zeros(o.shape, o.dtype)) if g is None else g for g, o in zip(gs, out[:n_out])]
-    res_gs = list(gs[n_out:])  # non-None only in higher order, where the residuals were read
-    present = [g for g in res_gs if g is not None]
-    n_saved, n_res = len(saved), num_residuals
-    tied = barrier(*[inputs[i] for i in saved], *out[n_out:], *user_gs, *present)
-    recompute_inputs = list(inputs)
-    for k, i in enumerate(saved):
-        recompute_inputs[i] = tied[k]
-    env = _replay(body, recompute_inputs, _known(body, tied[n_saved : n_saved + n_res], n_out))
-    it = iter(tied[n_saved + n_res + n_out :])
-    cts = list(tied[n_saved + n_res : n_saved + n_res + n_out]) + [None if g is None else next(it) for g in res_gs]
-    return tuple(backward_pass(body, env, cts))
+    present = [k for k, g in enumerate(gs) if g is not None]
+
+    replayed: dict[Var, Tensor] = {}
+
+    def recompute_and_back(ex, res, cts):
+        ins = list(inputs)
+        for i, x in zip(saved, ex):
+            ins[i] = x
+        env = _replay(body, ins, _known(body, res, n_out))
+        replayed.update(env)
+        out_cts: list = [None] * len(body.outputs)
+        for k, c in zip(present, cts):
+            out_cts[k] = c
+        return backward_pass(body, env, out_cts)
+
+    explicit, residuals, cts = [inputs[i] for i in saved], list(out[n_out:]), [gs[k] for k in present]
+    traced = trace_function(recompute_and_back, [explicit, residuals, cts], name="checkpoint backward")
+    graph = traced.graph
+    if not graph.outputs:
+        return (None,) * len(inputs)
+    flat = explicit + residuals + cts
+    if num_residuals:  # a derivative rule recomputing a saved derivative value reads it instead
+        graph = _reuse_saved(graph, body, replayed, dict(zip(traced.captured, graph.inputs[len(flat):])))
+    read = {v for n in graph.nodes for v in n.inputs} | set(graph.outputs)
+    first_ct = len(explicit) + len(residuals)
+    tie = [k for k in range(len(flat)) if k >= first_ct or graph.inputs[k] in read]
+    tied = dict(zip(tie, barrier(*[flat[k] for k in tie]) if prevent_cse else [flat[k] for k in tie]))
+    used = [k for k in tie if graph.inputs[k] in read]
+    caps = [k for k in range(len(flat), len(graph.inputs)) if graph.inputs[k] in read]
+    sub = Graph([graph.inputs[k] for k in used + caps], graph.outputs, graph.nodes, graph.constants)
+    trace = current_trace()
+    captured = [Tensor._traced(trace, traced.captured[k - len(flat)]) for k in caps]
+    # Raw: the traced graph took vectorized axes as plain ones (a vmap over the cotangents).
+    # No policy: its residuals would be computed by every first-order gradient for the sake of
+    # a second order that most never take; grad of grad recomputes the backward block whole.
+    outs = _bind_block(sub, [tied[k]._raw() for k in used], captured, None, guarantee=False,
+                       prevent_cse=prevent_cse, differentiated=True)
+    return tuple(traced.wrap_outputs(outs))
+
+
+def _reuse_saved(graph: Graph, body: Graph, env: dict[Var, Tensor], captures: dict[Var, Var]) -> Graph:
+    numbering = derived.Numbering()
+    body_keys = numbering.keys(body)
+    start = {captures.get(t._var, t._var): body_keys[v] for v, t in env.items() if not t.is_concrete}
+    return numbering.reuse_saved(graph, start)
 
 
 def _known(body: Graph, residuals, n_out: int) -> dict[Var, Tensor]:
@@ -84,81 +127,98 @@ def _replay(body: Graph, inputs, known: dict[Var, Tensor]) -> dict[Var, Tensor]:
         return replay(body, inputs)
     nodes = [n for n in body.nodes if not all(v in known for v in n.outputs)]
     part = Graph(body.inputs + list(known), [], nodes, body.constants)
-    return replay(part, list(inputs) + list(known.values()))
+    # A node replayed for its other outputs (a custom_vjp's) must not replace a saved one.
+    return {**replay(part, list(inputs) + list(known.values())), **known}
 
 
-_checkpoint = declare("checkpoint", _checkpoint_rule, _checkpoint_vjp, multiple_results=True)
+def _checkpoint_jvp(ts, *inputs, body: Graph, saved, policy, prevent_cse=True, **_):
+    # The tangent of a checkpoint is the checkpointed JVP of its body: one block over the inputs
+    # and their tangents (a saved input's tangent is saved too; a capture's is captured).
+    from remat.forward import instantiate, jvp_graph
+
+    explicit = [inputs[i] for i in saved] + [ts[i] for i in saved if ts[i] is not None]
+
+    def jvp_body(*xs):
+        prim, tans, rest = list(inputs), list(ts), iter(xs[len(saved) :])
+        for k, i in enumerate(saved):
+            prim[i] = xs[k]
+            tans[i] = None if ts[i] is None else next(rest)
+        outs, touts = jvp_graph(body, prim, tans)
+        return outs, instantiate(touts, body.outputs)
+
+    outs, touts = checkpoint(jvp_body, *explicit, policy=policy, prevent_cse=prevent_cse)
+    return outs, instantiate(touts, body.outputs, none=True)
 
 
-def checkpoint(fn: Callable, *inputs, policy=None):
-    """Run `fn(*inputs)` as a checkpoint block: its gradient recomputes the body instead of
-    keeping its intermediate values. Tensors `fn` reads from enclosing scope are captured.
+def _prune(node: Node, live: set[Var]) -> Node:
+    """The block without the outputs nobody reads, the work only they needed and the inputs it
+    then no longer reads. A backward block computes the cotangent of every input and the caller
+    often wants few (grad with respect to `x` needs no weight gradients). Residuals stay:
+    whether a gradient will read them is not known yet."""
+    from remat.loops.prune import sub_graph  # the loops import this module
 
-    >>> import remat as rm
-    >>> w = rm.asarray([[2.0]])
-    >>> f = lambda x: rm.sum(rm.checkpoint(lambda h: rm.tanh(h @ w), x))
-    >>> rm.grad(f)(rm.asarray([[0.0]]))
-    Tensor([[2.]], dtype=float32)
-    """
-    argcheck.check_callable(fn, "checkpoint", "body")
-    chooser = policies.resolve(policy)
-    _check_arity(fn, inputs)
-    if current_trace() is None:  # nothing to differentiate: just run it, by the same rules
-        return _check_outputs(fn, fn(*inputs))
-    arrays = tree.partition(inputs, is_array)  # the explicit inputs; other leaves pass through
-    explicit = [asarray(x) for x in arrays.picked]
-
-    def body(*xs):
-        return _check_outputs(fn, fn(*arrays.rebuild(xs)))
-
-    traced = trace_function(body, explicit, name=f"checkpoint({callable_name(fn)})")
-    trace = current_trace()
-    captured = [Tensor._traced(trace, v) for v in traced.captured]
-    n = len(explicit)
-    saved = tuple(range(n)) if n else tuple(range(len(captured)))
-    raw_inputs = [e._raw() for e in explicit] + captured  # vectorized axes are plain axes in the block
-    graph = traced.graph
-    _warn_unknown_names(chooser, graph)
-    residuals = _choose_residuals(graph, chooser)
-    extra = {"num_residuals": len(residuals)} if residuals else {}  # absent when 0: graphs print short
-    graph = Graph(graph.inputs, graph.outputs + residuals, graph.nodes, graph.constants)
-    outs = bind(_checkpoint, *raw_inputs, body=graph, saved=saved, policy=policy, **extra)
-    return traced.wrap_outputs(list(outs[: len(traced.out_vaxes)]))
+    p = node.params
+    body = p["body"]
+    n_out = len(body.outputs) - p.get("num_residuals", 0)
+    keep = [k for k in range(len(body.outputs)) if k >= n_out or node.outputs[k] in live]
+    if len(keep) == len(body.outputs):
+        return node
+    _, read = sub_graph(body, [], keep)
+    ins = [i for i, v in enumerate(body.inputs) if v in read]
+    new, _ = sub_graph(body, ins, keep)
+    params = {**p, "body": new, "saved": tuple(ins.index(i) for i in p["saved"] if i in ins)}
+    return Node(node.op, [node.inputs[i] for i in ins], [node.outputs[k] for k in keep], params, node.source)
 
 
-def _check_outputs(fn: Callable, out):
-    for leaf in tree.leaves(out):
-        if not is_tensor_like(leaf):
-            raise ArgumentTypeError(
-                f"checkpoint: the body {callable_name(fn)} returned a {type(leaf).__name__}; "
-                "a checkpoint body must return a pytree of tensors"
-            )
-    return out
+_checkpoint = declare("checkpoint", _checkpoint_rule, _checkpoint_vjp, multiple_results=True,
+                      jvp=BlockJVP(_checkpoint_jvp))
+_checkpoint.prune = _prune
 
 
-def _warn_unknown_names(policy, body: Graph) -> None:
-    """A policy naming values that the body never names (a typo, or a name given in another
-    block) saves nothing it was meant to, or everything: say so rather than run silently."""
-    if not isinstance(policy, (policies.SaveOnlyTheseNames, policies.SaveAnyNamesButThese)):
-        return
-    present = sorted({n.params["name"] for n in body.nodes if n.op == "checkpoint_name"})
-    missing = [n for n in policy.names if n not in present]
-    if missing:
-        warnings.warn(policies.UnusedNameWarning(
-            f"checkpoint: policy {policy!r} names {', '.join(map(repr, missing))}, but no value in the "
-            f"checkpoint body has {'that name' if len(missing) == 1 else 'those names'} (names in the body: "
-            f"{', '.join(map(repr, present)) or 'none'}); tag values with rm.checkpoint_name(x, name)"
-            f"{at_source(user_source())}"
-        ), stacklevel=3)
+def _bind_block(graph: Graph, explicit: list[Tensor], captured: list[Tensor], policy, guarantee: bool,
+                prevent_cse: bool = True, differentiated: bool = False) -> list[Tensor]:
+    """Record `graph` as a checkpoint block on `explicit + captured`; its outputs (residuals left out)."""
+    graph, residuals = _residuals(graph, policies.resolve(policy), guarantee)
+    saved = tuple(range(len(explicit))) if explicit else tuple(range(len(captured)))
+    # Params at their defaults are left out, so graphs print short.
+    extra = {"num_residuals": len(residuals)} if residuals else {}
+    extra.update({} if prevent_cse else {"prevent_cse": False})
+    extra.update({"differentiated": True} if differentiated else {})
+    body = Graph(graph.inputs, graph.outputs + residuals, graph.nodes, graph.constants)
+    outs = bind(_checkpoint, *explicit, *captured, body=body, saved=saved, policy=policy, **extra)
+    return list(outs[: len(graph.outputs)])
 
 
-def _choose_residuals(body: Graph, policy) -> list[Var]:
+# ---------------------------------------------------------------- what the block keeps
+
+
+def _residuals(body: Graph, policy, guarantee: bool) -> tuple[Graph, list[Var]]:
     """The body values to save: those the policy picks that the gradient needs, directly or to
-    recompute an unsaved value it needs. Walks backwards from what the body's VJP reads."""
-    chosen = [policies.decide(policy, n) for n in body.nodes]
-    if not any(chosen):
-        return []
-    needed = _read_by_gradient(body)
+    recompute an unsaved value it needs, among the body's values and those its derivative rules
+    compute from primal values alone (then the body computes them too). With `guarantee`, if
+    the block would keep more bytes than the plain gradient of its body does, what the plain
+    gradient keeps. Returns the body (with those derivative values) and the residuals."""
+    if not guarantee and policy is policies.nothing_saveable:  # a backward block
+        return body, []
+    view = derived.gradient_view(body)
+    # The replay shows a custom_vjp as fwd's code, so the policy sees fwd's names and ops, as in
+    # JAX; but only fwd's outputs are values of the body, which the block can output.
+    savable = set(view.body_of) | {v for n in view.derivable for v in n.outputs}
+    chosen = [savable.intersection(n.outputs) if policies.decide(policy, n) else set() for n in view.graph.nodes]
+    residuals, inputs = _walk(view.graph, chosen, set(view.read))
+    plain = view.plain_reads()
+    if guarantee and _nbytes(residuals + inputs) > _nbytes(plain):
+        return body, _walk(body, [set(n.outputs) for n in body.nodes], plain)[0]
+    return derived.with_derived(body, view, residuals)
+
+
+def _nbytes(vs) -> int:
+    return sum(v.nbytes for v in set(vs))
+
+
+def _walk(body: Graph, chosen: list[set[Var]], needed: set[Var]) -> tuple[list[Var], list[Var]]:
+    """(residuals, inputs read): walks backwards from what the body's VJP reads; a needed value
+    a chosen node makes is saved, any other is recomputed from its node's inputs."""
     inputs = set(body.inputs) | set(body.constants)
     provided: set[Var] = set()
     residuals: list[Var] = []
@@ -170,55 +230,205 @@ def _choose_residuals(body: Graph, policy) -> list[Var]:
                 provided.update((src, dst))
                 continue
         wanted = [v for v in node.outputs if v in needed and v not in provided]
-        if wanted and save:
-            residuals += wanted
-            provided.update(wanted)
-        elif wanted:
+        kept = [v for v in wanted if v in save]
+        residuals += kept
+        provided.update(kept)
+        if len(kept) < len(wanted):
             needed.update(node.inputs)
     order = {v: i for i, v in enumerate(v for n in body.nodes for v in n.outputs)}
-    return sorted(residuals, key=order.__getitem__)
+    return sorted(residuals, key=order.__getitem__), [v for v in body.inputs if v in needed]
 
 
-def _read_by_gradient(body: Graph) -> set[Var]:
-    """The body Vars that its VJP (the replayed forward, then backward_pass) reads."""
-    from remat.autodiff import backward_pass, replay
-
-    with new_trace("checkpoint policy") as t:
-        env = replay(body, [t.new_input(v.shape, v.dtype) for v in body.inputs])
-        start = len(t.nodes)
-        ones = [asarray(np.ones(v.shape, v.dtype)) if dtypes.is_float(v.dtype) else None for v in body.outputs]
-        backward_pass(body, env, ones)
-        read = {v for node in t.nodes[start:] for v in node.inputs}
-    return {v for v, x in env.items() if not x.is_concrete and x._var in read}
+# ---------------------------------------------------------------- the public API
 
 
-def remat(fn: Callable, policy=None) -> Callable:
-    """Decorator form of `checkpoint`: positional arguments are the explicit inputs.
+def checkpoint(fn: Callable, *args, policy=None, static_argnums=(), prevent_cse: bool = True, **kwargs):
+    """Run `fn(*args, **kwargs)` as a checkpoint block: its gradient recomputes the body instead of
+    keeping its intermediate values. Tensors among `args` and `kwargs` are the explicit inputs
+    (they get gradients); tensors `fn` reads from enclosing scope are captured; other values
+    (numbers, strings, None, and the arguments at `static_argnums`) reach `fn` as they are, so
+    Python code may branch on them. Non-tensor leaves `fn` returns (numbers, None) come back as
+    they are. `prevent_cse=False` leaves the barrier out of the gradient (see the README).
+
+    Called outside any trace, `fn` is traced once per signature and the program reused.
 
     >>> import remat as rm
-    >>> @rm.remat
-    ... def layer(h):
-    ...     return rm.tanh(h)
-    >>> layer(rm.asarray(0.0))
+    >>> w = rm.asarray([[2.0]])
+    >>> f = lambda x: rm.sum(rm.checkpoint(lambda h, scale: scale * rm.tanh(h @ w), x, scale=1.0))
+    >>> rm.grad(f)(rm.asarray([[0.0]]))
+    Tensor([[2.]], dtype=float32)
+    """
+    argcheck.check_callable(fn, "checkpoint", "body")
+    policies.resolve(policy)
+    _check_prevent_cse(prevent_cse, "checkpoint")
+    nums = argcheck.argnums(static_argnums, "checkpoint", fn, "static_argnums")
+    static = set(argcheck.resolve(nums, len(args), "checkpoint", "static_argnums", static_argnums, fn))
+    _check_arity(fn, args, kwargs)
+    call = _Call(fn, args, kwargs, static)
+    if current_trace() is None:
+        return checkpoint_cache.run_eagerly(call)
+    return _traced_call(call, policy, prevent_cse)
+
+
+class _Call:
+    """`fn(*args, **kwargs)` split into its array leaves (the explicit inputs) and the rest."""
+
+    def __init__(self, fn: Callable, args: tuple, kwargs: dict, static: set[int]):
+        self.fn, self.args, self.static = fn, args, static
+        dynamic = [a for i, a in enumerate(args) if i not in static]
+        self.arrays = tree.partition((dynamic, kwargs), is_array)
+        self.outputs: tree.Partition | None = None  # the body's result, once traced
+
+    @property
+    def name(self) -> str:
+        return f"checkpoint({callable_name(self.fn)})"
+
+    def body(self, *xs) -> list:
+        """The function of the explicit inputs that is traced: the body's array outputs."""
+        dynamic, kwargs = self.arrays.rebuild(xs)
+        it = iter(dynamic)
+        full = [self.args[i] if i in self.static else next(it) for i in range(len(self.args))]
+        self.outputs = _split_outputs(self.fn, self.fn(*full, **kwargs))
+        return self.outputs.picked
+
+    def result(self, outs) -> object:
+        return self.outputs.rebuild(outs)
+
+
+def _traced_call(call: _Call, policy, prevent_cse: bool):
+    explicit = [asarray(x) for x in call.arrays.picked]
+    traced = trace_function(call.body, explicit, name=call.name)
+    trace = current_trace()
+    captured = [Tensor._traced(trace, v) for v in traced.captured]
+    _warn_unknown_names(policies.resolve(policy), traced.graph)
+    # Vectorized axes are plain axes in the block.
+    outs = _bind_block(traced.graph, [e._raw() for e in explicit], captured, policy, True, prevent_cse)
+    return call.result(traced.wrap_outputs(outs))
+
+
+def _split_outputs(fn: Callable, out) -> tree.Partition:
+    """The body's result: array leaves become block outputs; Python numbers and None stay as
+    they are (a block output would only make them constants)."""
+    parts = tree.partition(out, lambda x: not isinstance(x, (bool, int, float, complex)))
+    for leaf in parts.picked:
+        if not (is_array(leaf) or isinstance(leaf, np.generic)):
+            raise ArgumentTypeError(
+                f"checkpoint: the body {callable_name(fn)} returned a {type(leaf).__name__}; "
+                "a checkpoint body must return a pytree of tensors (Python numbers and None pass through)"
+            )
+    return parts
+
+
+def _check_prevent_cse(value, where: str) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentTypeError(f"{where}: prevent_cse must be True or False, got {argcheck.short_repr(value)}")
+
+
+def _warn_unknown_names(policy, body: Graph) -> None:
+    """A policy naming values that the body never names (a typo, or a name given in another
+    block) saves nothing it was meant to, or everything: say so rather than run silently."""
+    parts = policies.names_in(policy)  # save_from_both_policies may hold name policies
+    if not parts:
+        return
+    namers = [n for n in body.nodes if n.op == "checkpoint_name"]
+    namers += [m for n in body.nodes for m in named_outputs(n).values()]  # a custom_vjp's fwd names too
+    present = sorted({n.params["name"] for n in namers})
+    for policy in parts:
+        _warn_missing(policy, present)
+
+
+def _warn_missing(policy, present: list[str]) -> None:
+    missing = [n for n in policy.names if n not in present]
+    if missing:
+        warnings.warn(policies.UnusedNameWarning(
+            f"checkpoint: policy {policy!r} names {', '.join(map(repr, missing))}, but no value in the "
+            f"checkpoint body has {'that name' if len(missing) == 1 else 'those names'} (names in the body: "
+            f"{', '.join(map(repr, present)) or 'none'}); tag values with rm.checkpoint_name(x, name)"
+            f"{at_source(user_source())}"
+        ), stacklevel=5)
+
+
+def remat(fn: Callable | None = None, policy=None, *, static_argnums=(), prevent_cse: bool = True) -> Callable:
+    """Decorator form of `checkpoint`: the function's arguments are its inputs. Also a decorator
+    factory: `@rm.remat(policy=...)`.
+
+    >>> import remat as rm
+    >>> @rm.remat(policy=rm.policies.dots_saveable)
+    ... def layer(h, scale=1.0):
+    ...     return scale * rm.tanh(h)
+    >>> layer(rm.asarray(0.0), scale=2.0)
     Tensor(0., dtype=float32)
     """
+    policies.resolve(policy, "remat")  # a bad setting fails here, not at the first call
+    _check_prevent_cse(prevent_cse, "remat")
+    if fn is None:
+        argcheck.argnums(static_argnums, "remat", None, "static_argnums")
+        return functools.partial(remat, policy=policy, static_argnums=static_argnums, prevent_cse=prevent_cse)
     argcheck.check_callable(fn, "remat", "body")
-    policies.resolve(policy, "remat")  # a bad policy fails here, not at the first call
+    argcheck.argnums(static_argnums, "remat", fn, "static_argnums")
 
     @functools.wraps(fn)
-    def wrapped(*args):
-        return checkpoint(fn, *args, policy=policy)
+    def wrapped(*args, **kwargs):
+        return checkpoint(fn, *args, policy=policy, static_argnums=static_argnums, prevent_cse=prevent_cse,
+                          **kwargs)
 
     return wrapped
 
 
-def _check_arity(fn: Callable, inputs: tuple) -> None:
+def checkpoint_sequential(functions, segments: int, x, *, policy=None, prevent_cse: bool = True):
+    """`x` through `functions` in order, as `torch.utils.checkpoint.checkpoint_sequential` runs
+    them: cut into `segments` runs of `len(functions) // segments`, each but the last a checkpoint
+    block; the last run (with whatever the division leaves over) runs plainly, since its values
+    are needed at once by the backward pass.
+
+    >>> import remat as rm
+    >>> layers = [rm.sin, rm.tanh, rm.exp, rm.sin]
+    >>> y = rm.checkpoint_sequential(layers, 2, rm.ones(3))  # checkpoint(sin, tanh), then exp, sin
+    >>> y.shape
+    (3,)
+    """
+    fns = _functions(functions)
+    if not argcheck.is_int(segments) or isinstance(segments, bool):
+        raise ArgumentTypeError(f"checkpoint_sequential: segments must be an int, got {argcheck.short_repr(segments)}")
+    if not 1 <= segments <= len(fns):
+        raise ArgumentValueError(
+            f"checkpoint_sequential: segments={segments} is not between 1 and the number of functions, "
+            f"{len(fns)}; pass segments <= len(functions)")
+    size, end = len(fns) // segments, 0
+    for start in range(0, size * (segments - 1), size):
+        end = start + size
+        x = checkpoint(_chain(fns[start:end]), x, policy=policy, prevent_cse=prevent_cse)
+    return _chain(fns[end:])(x)
+
+
+def _functions(functions) -> list:
+    try:
+        fns = list(functions)
+    except TypeError:
+        raise ArgumentTypeError(f"checkpoint_sequential: functions must be a sequence of callables, got "
+                                f"{argcheck.describe(functions)}") from None
+    for k, fn in enumerate(fns):
+        argcheck.check_callable(fn, "checkpoint_sequential", f"at functions[{k}]")
+    return fns
+
+
+def _chain(fns: list) -> Callable:
+    def run(x):
+        for fn in fns:
+            x = fn(x)
+        return x
+
+    run.__name__ = "+".join(callable_name(fn) for fn in fns)
+    return run
+
+
+def _check_arity(fn: Callable, args: tuple, kwargs: dict) -> None:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return  # builtins without a signature: let the call speak for itself
     try:
-        sig.bind(*inputs)
+        sig.bind(*args, **kwargs)
     except TypeError as e:
-        raise ArgumentTypeError(
-            f"checkpoint: {callable_name(fn)} cannot be called with {len(inputs)} inputs: {e}") from None
+        given = f"{len(args)} inputs" + (f" and keywords {', '.join(map(repr, kwargs))}" if kwargs else "")
+        raise ArgumentTypeError(f"checkpoint: {callable_name(fn)} cannot be called with {given}: {e}") from None

@@ -24,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="small sizes (for CI)")
     bench.add_argument("--out", help="also write the markdown table to this file")
     bench.add_argument("--frameworks", help="comma-separated subset of: remat-numpy,remat-xla,jax,torch")
-    bench.add_argument("--models", help="comma-separated subset of: mlp,gpt")
+    bench.add_argument("--models", help="comma-separated subset of: mlp,gpt,scanned-mlp,scanned-gpt,rnn")
     return parser
 
 

@@ -7,22 +7,30 @@ traced into a body Graph bound as ONE node, `op == "custom_vjp"`, whose outputs 
 the gradient is differentiable again. Only what `bwd` reads stays alive for the backward pass:
 that is how a composite (softmax, gelu) keeps one tensor instead of all its intermediates.
 
-Cotangents reaching the residual outputs (only in higher order, where the first gradient read
-them) go back through a replay of the body: the residuals are functions of the arguments too.
+Higher orders follow JAX: the custom rule is the derivative of the function's own output only.
+The forward half of a VJP (`autodiff.replay`) emits the node as fwd's code, so a derivative of
+a gradient goes through fwd's ops, residuals included. Where a node survives into a gradient
+program (a checkpoint that saved its outputs), cotangents of its residuals go back through a
+replay of the body likewise.
+
+Inside its own fwd, the function is its primal `fn` (fwd commonly computes `f(x)`); arguments at
+`nondiff_argnums` reach bwd first and get no cotangent. A policy of an enclosing checkpoint may
+save the outputs fwd named with `checkpoint_name` (`named_outputs`).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
 
 from remat import argcheck, dtypes, tree
-from remat.errors import ArgumentTypeError, ShapeError, TracerError, callable_name
-from remat.graph import Graph
-from remat.ops.core import Aval, declare
+from remat.errors import ArgumentTypeError, DTypeError, ShapeError, TracerError, callable_name
+from remat.graph import Graph, Node, Var
+from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.reduce import sum as _sum
 from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_function
 
@@ -40,9 +48,18 @@ class Rule:
     out_tree: tree.TreeDef
     res_tree: tree.TreeDef
     out_vaxes: tuple  # the body outputs' vectorized axes (outputs, then residuals)
+    nondiff: tuple = ()  # the positional arguments bwd takes first and gives no cotangent for
+    statics: tuple = ()  # (leaf index, value) of the leaves of those arguments that are not inputs
+    arg_names: tuple = ()  # each positional argument as the user named it: `x`, or `args[2]`
+    leaf_names: tuple = ()  # every argument leaf likewise: `x`, `p['w']`
 
     def __str__(self) -> str:
         return callable_name(self.bwd)
+
+    @property
+    def owners(self) -> list[int]:
+        """For each argument leaf, the positional argument it belongs to."""
+        return [i for i, td in enumerate(self.arg_trees) for _ in range(td.num_leaves)]
 
 
 def _custom_vjp_rule(*avals, body: Graph, num_residuals: int, bwd: Rule) -> list[Aval]:
@@ -65,7 +82,8 @@ def _custom_vjp_vjp(gs, *inputs, out, body: Graph, num_residuals: int, bwd: Rule
         env = replay(body, list(inputs))
         more = backward_pass(body, env, [None] * n_out + res_gs)
         cts = [b if a is None else a if b is None else a + b for a, b in zip(cts, more)]
-    return tuple(cts)
+    owners = bwd.owners
+    return tuple(None if owners[p] in bwd.nondiff else c for c, p in zip(cts, bwd.positions))
 
 
 def _call_bwd(rule: Rule, inputs, out, gs, n_out: int) -> list[Tensor | None]:
@@ -73,67 +91,143 @@ def _call_bwd(rule: Rule, inputs, out, gs, n_out: int) -> list[Tensor | None]:
     vax = rule.out_vaxes
     res = [r._relabel(v) for r, v in zip(out[n_out:], vax[n_out:])]
     gs = [Tensor._concrete(np.zeros(o._full_shape, o.dtype)) if g is None else g for g, o in zip(gs[:n_out], out)]
-    g = tree.unflatten(rule.out_tree, [g._relabel(v) for g, v in zip(gs, vax)])
-    answer = rule.bwd(tree.unflatten(rule.res_tree, res), g)
+    g = tree.unflatten(rule.out_tree, [g._relabel(g._vaxes + v) for g, v in zip(gs, vax)])  # vmap of vjp: g's own
     where = f"custom_vjp: the bwd rule {callable_name(rule.bwd)} of {rule.fn_name}"
-    if not isinstance(answer, (tuple, list)) or len(answer) != len(rule.arg_trees):
-        got = f"{len(answer)} cotangents" if isinstance(answer, (tuple, list)) else f"a {type(answer).__name__}"
-        raise ArgumentTypeError(f"{where} returned {got}; it must return a tuple of one cotangent per positional "
-                        f"argument ({len(rule.arg_trees)}), None for a zero one")
+    answer = rule.bwd(*_nondiff_args(rule, inputs), tree.unflatten(rule.res_tree, res), g)
+    leaves = _answer_leaves(rule, answer, where)
+    names = {n for vaxes in (*rule.in_vaxes, *rule.out_vaxes) for n, _ in vaxes}
+    return [None if leaves[p] is None else _raw_cotangent(leaves[p], x, v, where, names, rule.leaf_names[p])
+            for p, x, v in zip(rule.positions, inputs, rule.in_vaxes)]
+
+
+def _nondiff_args(rule: Rule, inputs) -> list:
+    """The arguments at `nondiff_argnums` as bwd takes them: tensors (vectorized as the call
+    saw them) from the node's inputs, other leaves as the call gave them."""
+    leaves = dict(rule.statics)
+    leaves.update((p, x._relabel(v)) for p, x, v in zip(rule.positions, inputs, rule.in_vaxes))
+    owners = rule.owners
+    return [tree.unflatten(rule.arg_trees[i], [leaves[k] for k, a in enumerate(owners) if a == i])
+            for i in rule.nondiff]
+
+
+def _answer_leaves(rule: Rule, answer, where: str) -> list:
+    """bwd's answer, one cotangent per differentiable argument, as one entry per argument leaf
+    (None where no cotangent flows); a wrong count or structure is the user's error, named."""
+    diff = [i for i in range(len(rule.arg_trees)) if i not in rule.nondiff]
+    if not isinstance(answer, (tuple, list)) or len(answer) != len(diff):
+        got = argcheck.describe(answer)
+        if isinstance(answer, (tuple, list)):
+            got += f" cotangent{'s' if len(answer) != 1 else ''}"
+        raise ArgumentTypeError(f"{where} returned {got}, but {rule.fn_name} has {_arguments(rule, diff)}; "
+                                "return a tuple of one cotangent per argument, in order, None for a zero one")
+    by_arg = dict(zip(diff, answer))
     leaves: list = []
-    for i, (ct, arg_tree) in enumerate(zip(answer, rule.arg_trees)):
+    for i, arg_tree in enumerate(rule.arg_trees):
+        ct = by_arg.get(i)
         if ct is None:
             leaves += [None] * arg_tree.num_leaves
             continue
         ct_leaves, ct_tree = tree.flatten(ct)
         if ct_tree != arg_tree:
-            raise ArgumentTypeError(f"{where} returned a cotangent of structure {ct_tree!r} for argument {i}, "
-                            f"which has structure {arg_tree!r}")
+            raise ArgumentTypeError(f"{where} returned a cotangent of structure {ct_tree!r} for argument "
+                                    f"{_arg_name(rule, i)}, which has structure {arg_tree!r}; return one of "
+                                    "the argument's structure, or None for a zero cotangent")
         leaves += ct_leaves
-    picked = [leaves[p] for p in rule.positions]
-    return [None if c is None else _raw_cotangent(c, x, v, where)
-            for c, x, v in zip(picked, inputs, rule.in_vaxes)]
+    return leaves
 
 
-def _raw_cotangent(ct, x: Tensor, vaxes: tuple, where: str) -> Tensor | None:
+def _arguments(rule: Rule, diff: list[int]) -> str:
+    """`2 differentiable positional arguments (x, y; k is in nondiff_argnums)`."""
+    names = ", ".join(_arg_name(rule, i) for i in diff)
+    text = f"{len(diff)} differentiable positional argument{'s' if len(diff) != 1 else ''} ({names}"
+    if rule.nondiff:
+        fixed = ", ".join(_arg_name(rule, i) for i in rule.nondiff)
+        text += f"{'; ' if diff else ''}{fixed} {'is' if len(rule.nondiff) == 1 else 'are'} in nondiff_argnums"
+    return text + ")"
+
+
+def _arg_name(rule: Rule, i: int) -> str:
+    return rule.arg_names[i] if i < len(rule.arg_names) else f"args[{i}]"
+
+
+def _raw_cotangent(ct, x: Tensor, vaxes: tuple, where: str, names: set, arg: str) -> Tensor | None:
     """`ct` as a cotangent of the raw input `x` (vectorized over `vaxes`): summed over the
-    vectorized axes `x` lacks, laid out over the ones it has."""
-    from remat.vectorize import align_to, devectorize
+    vectorized axes of the call (`names`) `x` lacks, laid out over the ones it has; axes the
+    call never had (a vmap over cotangents) stay vectorized."""
+    from remat.vectorize import cotangent_layout, devectorize
 
-    ct = asarray(ct)
+    python_number = isinstance(ct, (int, float)) and not isinstance(ct, bool)
+    ct = asarray(ct, x.dtype if python_number and dtypes.is_float(x.dtype) else None)
     inner = x._full_shape[len(vaxes) :]
     if ct.shape != inner:
-        raise ShapeError(f"{where} returned a cotangent of shape {ct.shape} for an input of shape {inner}")
+        raise ShapeError(f"{where} returned a cotangent of shape {ct.shape} for argument {arg} of shape {inner}; "
+                         "return one of the argument's shape")
     if not dtypes.is_float(x.dtype):
         return None
+    if ct.dtype != x.dtype:
+        raise DTypeError(f"{where} returned a cotangent of dtype {ct.dtype} for argument {arg} of dtype {x.dtype}; "
+                         f"return one of the argument's dtype (.astype({str(x.dtype)!r}))")
     own = {n for n, _ in vaxes}
     for name, _ in ct._vaxes:
-        if name not in own:  # x is broadcast over this axis: its cotangent sums over it
+        if name not in own and name in names:  # x is broadcast over this axis: its cotangent sums over it
             ct = _sum(devectorize(ct, name), axis=0)
-    return align_to(ct, vaxes)._raw()
+    return cotangent_layout(ct, vaxes)
 
 
-_custom_vjp = declare("custom_vjp", _custom_vjp_rule, _custom_vjp_vjp, multiple_results=True)
+def _custom_vjp_jvp(ts, *inputs, body: Graph, num_residuals: int, bwd: Rule):
+    # Forward mode follows the custom rule: bwd is linear in its cotangent, x' = Jᵀ g, so its
+    # transpose gives the outputs' tangent J t. The residuals' tangents go through fwd's code.
+    from remat.forward import transposed_tangents
+
+    outs = bind(_custom_vjp, *inputs, body=body, num_residuals=num_residuals, bwd=bwd)
+    n_out = len(body.outputs) - num_residuals
+    return outs, transposed_tangents(ts, inputs, outs, body, n_out, lambda gs: _call_bwd(bwd, inputs, outs, gs, n_out))
+
+
+def named_outputs(node: Node) -> dict[Var, Node]:
+    """The outputs of a custom_vjp node that its fwd named with `checkpoint_name`, each with the
+    node that named it (a checkpoint policy may save them by name); empty for any other node."""
+    if node.op != "custom_vjp":
+        return {}
+    body = node.params["body"]
+    namers = {n.outputs[0]: n for n in body.nodes if n.op == "checkpoint_name"}
+    return {v: namers[b] for v, b in zip(node.outputs, body.outputs) if b in namers}
+
+
+_custom_vjp = declare("custom_vjp", _custom_vjp_rule, _custom_vjp_vjp, multiple_results=True,
+                      jvp=BlockJVP(_custom_vjp_jvp))
 
 
 class custom_vjp:
     """A function with a user-given VJP, as `jax.custom_vjp`: `f = custom_vjp(fn)` (or
     `@custom_vjp`), then `f.defvjp(fwd, bwd)` with `fwd(*args) -> (out, residuals)` and
     `bwd(residuals, g) -> (one cotangent per positional argument, None for zero)`. `out`,
-    `residuals` and the cotangents are pytrees of tensors. Outside any trace `f` just runs `fn`.
-    `fwd` may not read traced tensors from enclosing scope: pass them as arguments.
+    `residuals` and the cotangents are pytrees of tensors. Outside any trace `f` just runs `fn`,
+    and so does a call of `f` inside its own `fwd`. `fwd` may not read traced tensors from
+    enclosing scope: pass them as arguments.
+
+    The arguments at `nondiff_argnums` (Python values or tensors) get no gradient: `bwd` takes
+    them first, `bwd(*nondiff_args, residuals, g)`, and returns cotangents for the others only.
+    Higher derivatives follow JAX: the custom rule is the derivative of `f`'s output; those of
+    the residuals, and the second derivative of the output, go through `fwd`'s code.
 
     >>> import remat as rm
     >>> @rm.custom_vjp
     ... def clip_gradient(x):
     ...     return x
-    >>> clip_gradient.defvjp(lambda x: (x, None), lambda _, g: (rm.clip(g, -1.0, 1.0),))
+    >>> clip_gradient.defvjp(lambda x: (clip_gradient(x), None), lambda _, g: (rm.clip(g, -1.0, 1.0),))
     >>> rm.grad(lambda x: rm.sum(clip_gradient(x) * 5.0))(rm.asarray([1.0]))
     Tensor([1.], dtype=float32)
+    >>> scale = rm.custom_vjp(lambda k, x: k * x, nondiff_argnums=(0,))
+    >>> scale.defvjp(lambda k, x: (k * x, None), lambda k, _, g: (k * g,))
+    >>> rm.grad(lambda x: rm.sum(scale(3.0, x)))(rm.asarray([1.0]))
+    Tensor([3.], dtype=float32)
     """
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, nondiff_argnums: int | tuple[int, ...] = ()):
         argcheck.check_callable(fn, "custom_vjp")
+        self.nondiff_argnums = argcheck.argnums(nondiff_argnums, "custom_vjp", fn, "nondiff_argnums")
+        self._nondiff_as_given = nondiff_argnums  # for messages: the value as the user wrote it
         self.fn = fn
         self.fwd: Callable | None = None
         self.bwd: Callable | None = None
@@ -148,11 +242,13 @@ class custom_vjp:
         if self.fwd is None or self.bwd is None:
             raise ArgumentTypeError(f"custom_vjp: {callable_name(self.fn)} has no VJP; call "
                                     f"{callable_name(self.fn)}.defvjp(fwd, bwd) before calling it")
-        if current_trace() is None:
-            return self.fn(*args)
+        if current_trace() is None or any(f is self for f in _IN_FWD.get()):
+            return self.fn(*args)  # inside its own fwd, as in JAX: `fwd` may compute `f(x)`
         return self._bind(args)
 
     def _bind(self, args: tuple):
+        nondiff = argcheck.resolve(self.nondiff_argnums, len(args), "custom_vjp", "nondiff_argnums",
+                                   self._nondiff_as_given, self.fn)
         arrays = tree.partition(args, is_array)  # other leaves are fixed values: no cotangent
         inputs = [asarray(x) for x in arrays.picked]
         traced = trace_function(self._forward(arrays), inputs, name=f"custom_vjp({callable_name(self.fn)})")
@@ -164,8 +260,13 @@ class custom_vjp:
                 f"{callable_name(self.fn)} as an argument instead"
             )
         out_tree, res_tree = traced.out_tree.children
-        rule = Rule(callable_name(self.fn), self.bwd, tuple(tree.flatten(a)[1] for a in args), arrays.positions,
-                    tuple(x._vaxes for x in inputs), out_tree, res_tree, tuple(traced.out_vaxes))
+        arg_trees = tuple(tree.flatten(a)[1] for a in args)
+        owners = [i for i, td in enumerate(arg_trees) for _ in range(td.num_leaves)]
+        statics = tuple((k, x) for k, x in enumerate(arrays.flat) if owners[k] in nondiff and k not in arrays.positions)
+        names = _arg_names(self.fn, len(args))
+        leaf_names = tuple(p for a, n in zip(args, names) for p in argcheck.leaf_paths(a, n))
+        rule = Rule(callable_name(self.fn), self.bwd, arg_trees, arrays.positions, tuple(x._vaxes for x in inputs),
+                    out_tree, res_tree, tuple(traced.out_vaxes), tuple(sorted(nondiff)), statics, names, leaf_names)
         outs = bind(_custom_vjp, *[x._raw() for x in inputs], body=traced.graph,
                     num_residuals=res_tree.num_leaves, bwd=rule)
         n_out = out_tree.num_leaves
@@ -175,10 +276,24 @@ class custom_vjp:
         """`fwd` as a function of the input leaves, returning the pair `(out, residuals)`."""
 
         def forward(*xs):
-            pair = self.fwd(*arrays.rebuild(xs))
+            token = _IN_FWD.set((*_IN_FWD.get(), self))
+            try:
+                pair = self.fwd(*arrays.rebuild(xs))
+            finally:
+                _IN_FWD.reset(token)
             if not isinstance(pair, tuple) or len(pair) != 2:
                 raise ArgumentTypeError(f"custom_vjp: fwd {callable_name(self.fwd)} of {callable_name(self.fn)} "
                                 f"must return a pair (output, residuals), got {type(pair).__name__}")
             return pair
 
         return forward
+
+
+# The custom_vjp functions whose fwd is being traced, in this thread or task: called there, they
+# are their primal function (JAX's `fwd` commonly computes `f(x)`; binding it would recurse).
+_IN_FWD: ContextVar[tuple[custom_vjp, ...]] = ContextVar("remat_custom_vjp_fwd", default=())
+
+
+def _arg_names(fn: Callable, n: int) -> tuple[str, ...]:
+    params = argcheck.positional_params(fn) or []
+    return tuple(params[i] if i < len(params) else f"args[{i}]" for i in range(n))

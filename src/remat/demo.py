@@ -160,6 +160,18 @@ def evaluate(params: dict, data, backend: str) -> tuple[float, float]:
 
 # ---------------------------------------------------------------- the report
 
+# What the printed figures and the picture are, per backend: the table's peaks are measured.
+PEAK = {
+    "numpy": "peak: measured, the evaluator's exact count of live bytes in one training step (arguments excluded)",
+    "xla": "peak: measured, the most any XLA stage of one training step holds while it runs: the step's live "
+           "arrays plus the executable's temporary buffers as XLA reports them (arguments excluded)",
+}
+PICTURE = {
+    "numpy": "live bytes after each node, measured",
+    "xla": "inside each stage, live bytes per node predicted from shapes by the evaluator's count; "
+           "each stage's figures measured; each panel's highest point is the peak above",
+}
+
 
 def table(results: list[Result], data, backend: str) -> str:
     base = results[0]
@@ -194,12 +206,10 @@ def run(quick: bool = False, backend: str = "numpy", plot: str | None = "remat-d
     results = [train(plan, sizes, data, backend, progress) for plan in PLANS]
     measure(results, sizes, data, backend, rounds=5 if quick else 15)
     print(table(results, data, backend))
-    unit = "node" if backend == "numpy" else "stage"
-    print(f"peak: live bytes of one training step ({'evaluator count' if backend == 'numpy' else 'XLA, per stage'}, "
-          f"arguments excluded); step time: the fastest of interleaved steps; one {unit} per point in the plot")
+    print(PEAK[backend] + "; step time: the fastest of interleaved steps")
     if plot:
         title = f"one training step, {sizes.depth}-layer residual MLP, batch {sizes.batch} ({backend})"
         path = rm.memory.plot({r.plan.name: r.profile for r in results}, Path(plot), title=title)
-        print(f"memory timeline: {path}")
+        print(f"memory timeline: {path} ({PICTURE[backend]})")
     print(f"done in {time.perf_counter() - start:.1f} s")
     return 0

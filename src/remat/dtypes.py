@@ -1,34 +1,43 @@
-"""The five dtypes remat supports, and how they promote.
+"""The seven dtypes remat supports, and how they promote.
 
-Promotion follows NumPy's lattice within a kind (int32 < int64, float32 < float64) and, like JAX,
-lets a float win over any integer without widening it: ``int64 + float32 -> float32``. Python
-scalars are *weak*: they take the dtype of the tensor they meet, so ``x_f32 * 2.0`` stays float32
-(a scalar that dtype cannot hold is an error, see remat/values.py).
+bool, int32, int64, float16, bfloat16, float32, float64. bfloat16 is `ml_dtypes.bfloat16`, the
+NumPy dtype JAX uses; `np.dtype("bfloat16")` names it once remat is imported.
 
-No other dtype is converted silently: naming one (``dtype="float16"``) is a DTypeError, and so
-is an array of one given without ``dtype=`` (see remat/values.py). float16 and bfloat16 are not
-supported yet.
+Promotion is JAX's lattice (`jnp.promote_types`): within a kind the wider dtype wins
+(int32 < int64; float16, bfloat16 < float32 < float64), float16 and bfloat16 meet at float32
+(neither holds the other), and a float wins over any integer without widening:
+``int64 + bfloat16 -> bfloat16``. Python scalars are *weak*: they take the dtype of the tensor
+they meet, so ``x_bf16 * 2.0`` stays bfloat16 (a scalar that dtype cannot hold is an error, see
+remat/values.py); a Python float meeting integers gives float32.
+
+No other dtype is converted silently: naming one (``dtype="uint8"``) is a DTypeError, and so is
+an array of one given without ``dtype=`` (see remat/values.py).
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from remat.errors import DTypeError
 
+float16 = np.dtype("float16")
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float32 = np.dtype("float32")
 float64 = np.dtype("float64")
 int32 = np.dtype("int32")
 int64 = np.dtype("int64")
 bool_ = np.dtype("bool")
 
-SUPPORTED = (bool_, int32, int64, float32, float64)
-SUPPORTED_NAMES = "bool, int32, int64, float32, float64"
+SUPPORTED = (bool_, int32, int64, float16, bfloat16, float32, float64)
+SUPPORTED_NAMES = "bool, int32, int64, float16, bfloat16, float32, float64"
 DEFAULT_FLOAT = float32
 DEFAULT_INT = int32
+#: Float dtypes whose sums and products are accumulated in float32 (results keep the dtype).
+LOW_PRECISION = (float16, bfloat16)
 
-_SHORT = {bool_: "bool", int32: "i32", int64: "i64", float32: "f32", float64: "f64"}
-_KIND_RANK = {"b": 0, "i": 1, "f": 2}
+_SHORT = {bool_: "bool", int32: "i32", int64: "i64", float16: "f16", bfloat16: "bf16", float32: "f32",
+          float64: "f64"}
 
 
 def canonical(dtype, what: str = "dtype") -> np.dtype:
@@ -49,35 +58,66 @@ def is_supported(dtype) -> bool:
     return np.dtype(dtype) in SUPPORTED
 
 
-def can_hold(src: np.dtype, dst: np.dtype) -> bool:
-    """Whether casting any value of `src` to `dst` keeps it in range (floats may still round).
-    Narrowing integers, float64 -> float32 and float -> int can overflow; nothing else can."""
-    if dst.kind == "b" or src.kind == "b" or dst.kind == "f" and src.kind in "iu":
-        return True
-    if src.kind == "f":
-        return dst.kind == "f" and dst.itemsize >= src.itemsize
-    if dst.kind in "iu":
-        s, d = np.iinfo(src), np.iinfo(dst)
-        return d.min <= s.min and s.max <= d.max
-    return False
-
-
-def short_name(dtype: np.dtype) -> str:
-    return _SHORT[np.dtype(dtype)]
-
-
 def is_float(dtype) -> bool:
-    return np.dtype(dtype).kind == "f"
+    """float16, bfloat16, float32, float64 (and NumPy's other floats, which remat refuses):
+    bfloat16's NumPy kind is "V", so `dtype.kind == "f"` misses it."""
+    d = np.dtype(dtype)
+    return d.kind == "f" or d == bfloat16
 
 
 def is_int(dtype) -> bool:
     return np.dtype(dtype).kind == "i"
 
 
+def is_numeric(dtype) -> bool:
+    """A dtype whose values are numbers: bool, integers and floats."""
+    return np.dtype(dtype).kind in "biu" or is_float(dtype)
+
+
+def finfo(dtype) -> ml_dtypes.finfo:
+    """`np.finfo` that knows bfloat16 (NumPy's own does not)."""
+    return ml_dtypes.finfo(np.dtype(dtype))
+
+
+def can_hold(src: np.dtype, dst: np.dtype) -> bool:
+    """Whether casting any value of `src` to `dst` keeps it in range (floats may still round).
+    Narrowing integers, a float to a float of smaller range (float64 -> float32 or bfloat16,
+    float32 -> bfloat16 or float16, bfloat16 -> float16), an integer to float16, and a float to
+    an integer can overflow; nothing else can."""
+    src, dst = np.dtype(src), np.dtype(dst)
+    if dst.kind == "b" or src.kind == "b":
+        return True
+    if is_float(dst):
+        top = finfo(src).max if is_float(src) else np.iinfo(src).max
+        return float(finfo(dst).max) >= float(top)
+    if is_float(src):
+        return False
+    s, d = np.iinfo(src), np.iinfo(dst)
+    return d.min <= s.min and s.max <= d.max
+
+
+def short_name(dtype: np.dtype) -> str:
+    return _SHORT[np.dtype(dtype)]
+
+
+def _rank(d: np.dtype) -> int:
+    return 2 if is_float(d) else 1 if d.kind in "iu" else 0
+
+
 def result_type(*dtypes: np.dtype) -> np.dtype:
-    """The promoted dtype of strongly typed operands."""
-    best = max(dtypes, key=lambda d: (_KIND_RANK[d.kind], d.itemsize))
-    return best
+    """The promoted dtype of strongly typed operands: the widest of the highest kind, with
+    float16 and bfloat16 (the same width, neither holding the other) meeting at float32.
+
+    >>> result_type(float16, bfloat16), result_type(int64, bfloat16), result_type(bfloat16, float32)
+    (dtype('float32'), dtype(bfloat16), dtype('float32'))
+    """
+    ds = [np.dtype(d) for d in dtypes]
+    kind = max(_rank(d) for d in ds)
+    top = {d for d in ds if _rank(d) == kind}
+    widest = max(top, key=lambda d: d.itemsize)
+    if len({d for d in top if d.itemsize == widest.itemsize}) > 1:  # float16 meets bfloat16
+        return float32
+    return widest
 
 
 def scalar_dtype(value) -> np.dtype:
@@ -94,6 +134,6 @@ def scalar_dtype(value) -> np.dtype:
 def weak_result_type(strong: np.dtype, scalar) -> np.dtype:
     """The dtype of a tensor of dtype `strong` combined with a weak Python scalar."""
     weak = scalar_dtype(scalar)
-    if _KIND_RANK[weak.kind] <= _KIND_RANK[strong.kind]:
+    if _rank(weak) <= _rank(strong):
         return strong
     return weak

@@ -21,6 +21,8 @@ from collections.abc import Callable
 import numpy as np
 
 from remat import argcheck, backends, dtypes, tree
+from remat.backends.host_slices import host_slices
+from remat.backends.xla_offsets import offsets_at_run_time
 from remat.errors import ArgumentTypeError, ArgumentValueError, callable_name
 from remat.graph import type_str
 from remat.trace import (
@@ -72,14 +74,22 @@ class Lowered:
         self.in_signature = in_signature
         self.name = name
         self.has_static = has_static
-        self._program = backends.get(backend).lower(self.graph, **options)
+        self._on_compile: Callable[[Compiled], Compiled] | None = None  # set by Jitted.lower
+        graph, self._host = self.graph, None
+        if backend == "xla":  # stacked weights read W[i]: see backends/host_slices.py and xla_offsets.py
+            graph, self._host = host_slices(graph)
+            graph = offsets_at_run_time(graph)
+        self._program = backends.get(backend).lower(graph, **options)
 
     def as_text(self) -> str:
         """The program handed to the backend: the graph for NumPy, StableHLO for XLA."""
         return str(self._program)
 
     def compile(self) -> Compiled:
-        return Compiled(self)
+        """The runnable program. Lowered from a jitted function, it also becomes that function's
+        cache entry for this signature, so calling the function next does not trace again."""
+        compiled = Compiled(self)
+        return compiled if self._on_compile is None else self._on_compile(compiled)
 
 
 class Compiled:
@@ -89,6 +99,8 @@ class Compiled:
     def __init__(self, lowered: Lowered):
         self.lowered = lowered
         self._run = lowered._program.compile()
+        if lowered._host is not None:
+            self._run = lowered._host.wrap(self._run)
         self._wrap = lowered.traced.wrap_outputs
 
     @property
@@ -221,9 +233,16 @@ class Jitted:
         return fn
 
     def lower(self, *args, **kwargs) -> Lowered:
+        """Trace for these arguments (always: as in JAX, `lower` does not read the cache); the
+        `.compile()` of the result fills the cache, unless a call filled it first."""
         static, dynamic, dynamic_kwargs = self._split(args, kwargs)
+        self._check_hashable(static)
         leaves, treedef = tree.flatten((dynamic, dynamic_kwargs))
-        return self._lower(static, dynamic, dynamic_kwargs, treedef, _signature(leaves))
+        signature = _signature(leaves)
+        key = (treedef, signature, tuple((k, _typed(v)) for k, v in static))
+        lowered = self._lower(static, dynamic, dynamic_kwargs, treedef, signature)
+        lowered._on_compile = lambda compiled: self._store(key, compiled)
+        return lowered
 
     def _lower(self, static, dynamic, kwargs, treedef, signature) -> Lowered:
         with self._lock:
@@ -246,6 +265,16 @@ class Jitted:
             raise
         return compiled.call_flat(leaves)
 
+    def _store(self, key, compiled: Compiled) -> Compiled:
+        """Put `compiled` in the cache under `key`, keeping an entry already there (the programs
+        are the same, and callers may hold that one): the one now cached is returned."""
+        with self._lock:
+            kept = self._cache.setdefault(key, compiled)
+            self._cache.move_to_end(key)
+            while len(self._cache) > max(self.cache_size, 0):
+                self._cache.popitem(last=False)
+        return kept
+
     def _compiled(self, key, make: Callable[[], Compiled]) -> Compiled:
         """The cache entry for `key`, made by `make()` on a miss. Tracing and compiling run
         outside the lock; a thread that misses on a key another thread is filling waits for
@@ -264,12 +293,7 @@ class Jitted:
                     break
             filling[1].wait()  # then look again: the fill may also have failed
         try:
-            compiled = make()
-            with self._lock:
-                self._cache[key] = compiled
-                while len(self._cache) > max(self.cache_size, 0):
-                    self._cache.popitem(last=False)
-            return compiled
+            return self._store(key, make())
         finally:
             with self._lock:
                 if self._filling.get(key) is mine:
@@ -338,6 +362,35 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames
     nums, names = _static_arguments(fn, static_argnums, static_argnames)
     options = {} if backend == "numpy" else {"staged": None if staged is None else bool(staged)}
     return Jitted(fn, backend, nums, names, options)
+
+
+def bind_static(fn: Callable, args: tuple, static_argnums, argnums, where: str):
+    """`(fn', dynamic args, argnums')` for tools that run `fn(*args)` once, as `rm.jit` would
+    with `static_argnums`: the static arguments are fixed in `fn'` as the Python values they
+    are (never traced), and `argnums`, counted over all of `fn`'s arguments, is renumbered
+    over the rest. A position both static and differentiated is an error."""
+    nums = argcheck.argnums(static_argnums, where, fn, "static_argnums")
+    if not nums:
+        return fn, args, argnums
+    static = set(argcheck.resolve(nums, len(args), where, "static_argnums", static_argnums, fn))
+    dynamic = [i for i in range(len(args)) if i not in static]
+    if argnums is not None:
+        wanted = argcheck.resolve(argcheck.argnums(argnums, where, fn), len(args), where, "argnums", argnums, fn)
+        both = [i for i in wanted if i in static]
+        if both:
+            raise ArgumentValueError(
+                f"{where}: argnums={argcheck.short_repr(argnums)} names argument {both[0]}, which "
+                f"static_argnums={argcheck.short_repr(static_argnums)} makes static; a static argument "
+                "has no gradient: leave it out of one of them")
+        renumbered = tuple(dynamic.index(i) for i in wanted)
+        argnums = renumbered[0] if argcheck.is_int(argnums) else renumbered
+
+    def with_static(*xs):
+        it = iter(xs)
+        return fn(*[args[i] if i in static else next(it) for i in range(len(args))])
+
+    with_static.__name__ = with_static.__qualname__ = callable_name(fn)  # for messages and trace names
+    return with_static, tuple(args[i] for i in dynamic), argnums
 
 
 def check_backend(backend, where: str) -> None:

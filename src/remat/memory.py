@@ -3,7 +3,8 @@
 - `saved_residuals(fn, *args)`: what the gradient of `fn` keeps between the forward and the
   backward pass (shape, dtype, bytes, where it came from); `print_saved_residuals` prints it.
 - `profile(fn, *args)`: one gradient step of `fn` run on a backend, with the peak live bytes,
-  a timeline of live bytes per node (NumPy) or per stage (XLA, staged), and `.plot(path)`.
+  a timeline of live bytes per node (measured on NumPy; on XLA predicted inside each stage,
+  whose own figures are measured), and `.plot(path)`.
 
 Both differentiate `fn` with respect to every float array in `args` (or the positional
 arguments `argnums`), with a cotangent of ones for each output.
@@ -24,10 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from remat import argcheck, dtypes, tree
+from remat import argcheck, dtypes, timeline, tree
 from remat.autodiff import vjp
+from remat.errors import ArgumentTypeError, ArgumentValueError
 from remat.graph import Graph, Node, Var, type_str
-from remat.jit import check_backend
+from remat.jit import bind_static, check_backend
 from remat.trace import asarray, current_trace, trace_function
 
 # ---------------------------------------------------------------- the gradient program
@@ -36,12 +38,14 @@ from remat.trace import asarray, current_trace, trace_function
 @dataclasses.dataclass
 class _Program:
     """A traced gradient step: `graph` (forward nodes first, then backward ones), how many of
-    its nodes are forward, and a name for each graph input."""
+    its nodes are forward, a name for each graph input, and the constants that are the
+    cotangents the step seeds its backward pass with (inputs of it, not values it keeps)."""
 
     graph: Graph
     n_forward: int
     input_names: list[str]
     arrays: list[np.ndarray]
+    seeds: frozenset[Var] = frozenset()
 
 
 def _program(fn, args, argnums=None, grad: bool = True, where: str = "memory.saved_residuals") -> _Program:
@@ -57,6 +61,7 @@ def _program(fn, args, argnums=None, grad: bool = True, where: str = "memory.sav
         if dtypes.is_float(asarray(x).dtype) and (argnums is None or positions[i] in _nums(argnums))
     ]
     forward: list[Node] = []
+    seeds: set[Var] = set()
 
     def step(*xs):
         if not grad:
@@ -70,12 +75,14 @@ def _program(fn, args, argnums=None, grad: bool = True, where: str = "memory.sav
 
         out, back = vjp(partial, *[xs[i] for i in diff])
         forward.extend(current_trace().nodes)
-        return out, back(tree.map(lambda o: asarray(np.ones(o.shape, o.dtype)), out))
+        seed = tree.map(lambda o: asarray(np.ones(o.shape, o.dtype)), out)
+        seeds.update(current_trace().lift(s) for s in tree.leaves(seed))
+        return out, back(seed)
 
     graph = trace_function(step, leaves, name=f"step({getattr(fn, '__name__', 'fn')})").graph
     ids = {id(n) for n in forward}
     n_forward = sum(1 for n in graph.nodes if id(n) in ids) if grad else len(graph.nodes)
-    return _Program(graph, n_forward, names, [np.asarray(asarray(x)) for x in leaves])
+    return _Program(graph, n_forward, names, [np.asarray(asarray(x)) for x in leaves], frozenset(seeds))
 
 
 def _nums(argnums) -> tuple[int, ...]:
@@ -143,7 +150,7 @@ def saved_residuals(fn, *args, argnums=None) -> list[Residual]:
     describe = _Describer(graph, prog.input_names)
     out = []
     for v in order:
-        if v not in read or v in graph.constants and graph.constants[v].ndim == 0:
+        if v not in read or v in prog.seeds or v in graph.constants and graph.constants[v].ndim == 0:
             continue
         kind, text, source = describe(v)
         out.append(Residual(v.shape, v.dtype, v.nbytes, kind, text, source))
@@ -182,6 +189,10 @@ class _Describer:
         if node.op == "checkpoint_name":
             return "named", f"named {node.params['name']!r}", node.source
         where = f" at {node.source}" if node.source else ""
+        if node.op == "scan" and k >= len(node.params["body"].outputs):  # a binomial gradient's forward sweep
+            last = k - len(node.params["body"].outputs) >= node.params["num_carry"]
+            what = "the loop's carry before its last step" if last else "snapshots of the loop's carry"
+            return "output", f"{what}, for the binomial schedule of the scan{where}", node.source
         if node.op == "scan" and k >= node.params["num_carry"]:  # stacked: one body value per step
             return self._per_step(node.params["body"].outputs[k], node, g, outer, where)
         return "output", f"output of {node.op}{where}", node.source
@@ -226,8 +237,8 @@ def _size(n: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    """One step of a run: a node (NumPy) or a stage (XLA); live bytes after it, and the most
-    bytes live while it ran."""
+    """One node of a run (a block's body nodes come before the block): live bytes after it, and
+    the most bytes live while it ran."""
 
     label: str
     live: int
@@ -235,14 +246,49 @@ class Event:
     phase: str  # "forward" or "backward"
 
 
+@dataclasses.dataclass(frozen=True)
+class StageFigure:
+    """What one XLA stage (one executable run) was measured to hold: `high` while it ran — the
+    step's live arrays, the stage's outputs and the executable's temporary buffers (`temp`, XLA's
+    own report), less the inputs it donates — and `live` after it. Its nodes are
+    `Profile.timeline[start:stop]`.
+
+    >>> import remat as rm
+    >>> p = rm.memory.profile(lambda x: rm.sum(rm.tanh(x) * 2.0), rm.ones((256,)), backend="xla")
+    >>> [(s.start, s.stop, s.live) for s in p.stages], p.peak_bytes == max(s.high for s in p.stages)
+    ([(0, 9, 1028)], True)
+    """
+
+    start: int
+    stop: int
+    live: int
+    high: int
+    temp: int
+
+
 @dataclasses.dataclass
 class Profile:
-    """The memory of one run: `peak_bytes` and `timeline` (a list of Events)."""
+    """The memory of one run, arguments excluded.
+
+    - `peak_bytes` is measured: the NumPy evaluator's count, or on XLA the most any stage holds
+      while it runs (the largest `StageFigure.high`).
+    - `timeline` has an Event per node, in run order. On NumPy it is measured. On XLA it is
+      predicted: the evaluator's count worked out from shapes (`remat.timeline`), never above
+      what the node's stage was measured to hold (XLA fuses values the evaluator would keep).
+    - `stages` (XLA only): the measured figures of each stage.
+
+    Every figure `plot` draws is one of these, so its highest point is `peak_bytes`.
+    """
 
     peak_bytes: int
     timeline: list[Event]
     backend: str
-    unit: str  # "node" or "stage"
+    stages: list[StageFigure] = dataclasses.field(default_factory=list)
+
+    @property
+    def predicted(self) -> bool:
+        """Whether the timeline is predicted (XLA) rather than counted as it ran (NumPy)."""
+        return bool(self.stages)
 
     @property
     def backward_start(self) -> int | None:
@@ -251,9 +297,11 @@ class Profile:
 
     def __str__(self) -> str:
         b = self.backward_start
-        split = f", backward from {self.unit} {b}" if b is not None else ""
+        n = len(self.stages)
+        stages = f" in {n} stage{'s' if n != 1 else ''}" if n else ""
+        split = f", backward from node {b}" if b is not None else ""
         return (f"Profile({self.backend}: peak {_size(self.peak_bytes)} over "
-                f"{len(self.timeline)} {self.unit}s{split})")
+                f"{len(self.timeline)} nodes{stages}{split})")
 
     __repr__ = __str__
 
@@ -283,9 +331,12 @@ class _Recorder:
         memory.hold, memory.mark = hold, mark
 
 
-def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, staged: bool | None = None):
+def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, staged: bool | None = None,
+            static_argnums=()):
     """Run one gradient step of `fn(*args)` (with `grad=False`: `fn` itself) on `backend` and
-    report the live bytes it holds: the arrays it allocates, not its arguments.
+    report the live bytes it holds: the arrays it allocates, not its arguments. Arguments at
+    `static_argnums` are passed as the Python values they are, as `rm.jit` passes them;
+    `argnums` counts every argument, static ones included.
 
     >>> import remat as rm
     >>> p = rm.memory.profile(lambda x: rm.sum(rm.tanh(x) * 2.0), rm.ones((256,)))
@@ -293,6 +344,7 @@ def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, 
     (True, 'forward', 'backward')
     """
     check_backend(backend, "memory.profile")
+    fn, args, argnums = bind_static(fn, args, static_argnums, argnums, "memory.profile")
     prog = _program(fn, args, argnums, grad, "memory.profile")
     return _profile_numpy(prog) if backend == "numpy" else _profile_xla(prog, staged)
 
@@ -310,7 +362,7 @@ def _profile_numpy(prog: _Program) -> Profile:
         labels = [("", "forward")] * len(memory.timeline)
     events = [Event(lab, live, high, phase)
               for (lab, phase), live, high in zip(labels, memory.timeline, recorder.highs)]
-    return Profile(memory.peak, events, "numpy", "node")
+    return Profile(memory.peak, events, "numpy")
 
 
 def _evaluation_order(graph: Graph, n_forward: int, phase: str | None = None) -> list[tuple[str, str]]:
@@ -326,67 +378,158 @@ def _evaluation_order(graph: Graph, n_forward: int, phase: str | None = None) ->
 
 
 def _profile_xla(prog: _Program, staged: bool | None) -> Profile:
-    """Per stage, what the backend's runner recorded: the step's own arrays alive after the
-    stage, and while it ran also its outputs and XLA's temporary buffers for it."""
+    """Per stage, what the backend's runner measured (see `StageFigure`); per node inside it,
+    the evaluator's count predicted from shapes, at most the stage's measured `high`."""
     from remat.backends import xla
 
     runner = xla.lower(prog.graph, staged).compile()
     runner(*prog.arrays)
-    backward = {id(n) for n in prog.graph.nodes[prog.n_forward :]}
-    stages = runner.program.stages
     memory = runner.last_memory
+    stage_of = {id(n): s for s, stage in enumerate(runner.program.stages) for n in stage.graph.nodes}
+    points = timeline.predict(prog.graph)
+    owner = [stage_of[id(prog.graph.nodes[p.node])] for p in points]
     events = [
-        Event(f"stage {i} ({len(s.graph.nodes)} nodes)", live, high,
-              "backward" if id(s.graph.nodes[0]) in backward else "forward")
-        for i, (s, live, high) in enumerate(zip(stages, memory.live, memory.high))
+        Event(p.label, min(p.live, memory.high[s]), min(p.high, memory.high[s]),
+              "forward" if p.node < prog.n_forward else "backward")
+        for p, s in zip(points, owner)
     ]
-    return Profile(memory.peak, events, f"xla ({'staged' if runner.program.staged else 'fused'})", "stage")
+    stages = [
+        StageFigure(owner.index(s), len(owner) - owner[::-1].index(s), live, high, temp)
+        for s, (live, high, temp) in enumerate(zip(memory.live, memory.high, memory.temp))
+    ]
+    mode = "staged" if runner.program.staged else "fused"
+    return Profile(memory.peak, events, f"xla ({mode})", stages)
 
 
 # ---------------------------------------------------------------- plots
 
 
+_MIB = 2.0**20
+
+
 def plot(profiles: dict[str, Profile], path, title: str | None = None) -> Path:
-    """Write a PNG with one panel per profile: live MiB over the run, the backward pass shaded.
+    """Write a PNG with one panel per profile: live MiB node by node, the backward pass shaded,
+    and on XLA each stage's measured figures; the legend says which lines are measured and which
+    predicted. `profiles` maps a label (a plan's name) to its Profile; panels share the memory
+    axis, and each panel's highest point is its profile's `peak_bytes`.
 
-    `profiles` maps a label (a plan's name) to its Profile; panels share the memory axis."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+    >>> import pathlib, tempfile
+    >>> import remat as rm
+    >>> p = rm.memory.profile(lambda x: rm.sum(rm.tanh(x)), rm.ones((256,)))
+    >>> rm.memory.plot({"tanh": p}, pathlib.Path(tempfile.mkdtemp()) / "memory.png").name
+    'memory.png'
+    """
     import matplotlib.pyplot as plt
 
+    _check_profiles(profiles)
+    fig = _figure(profiles, title)
     path = Path(path)
-    n = len(profiles)
-    fig, axes = plt.subplots(n, 1, figsize=(8, 1.9 * n + 0.8), sharey=True, squeeze=False)
-    for ax, (label, prof) in zip(axes[:, 0], profiles.items()):
-        _panel(ax, label, prof)
-    axes[-1, 0].set_xlabel(f"{next(iter(profiles.values())).unit} of the step (in run order)")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
+def _check_profiles(profiles) -> None:
+    want = "a dict from a label to a Profile (what rm.memory.profile returns)"
+    if isinstance(profiles, Profile):
+        raise ArgumentTypeError(f"memory.plot: profiles must be {want}, got one Profile; "
+                                "pass {'label': profile}, or call profile.plot(path)")
+    if not isinstance(profiles, dict):
+        raise ArgumentTypeError(f"memory.plot: profiles must be {want}, got {argcheck.short_repr(profiles)}")
+    if not profiles:
+        raise ArgumentValueError("memory.plot: profiles is empty ({}); pass at least one {'label': profile}")
+    for label, prof in profiles.items():
+        if not isinstance(prof, Profile):
+            raise ArgumentTypeError(f"memory.plot: profiles[{label!r}] must be a Profile (what rm.memory.profile "
+                                    f"returns), got {argcheck.short_repr(prof)}")
+
+
+def _figure(profiles: dict[str, Profile], title: str | None):
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    n = len(profiles)
+    height = 1.9 * n + 1.6
+    fig, axes = plt.subplots(n, 1, figsize=(8, height), sharey=True, squeeze=False)
+    for ax, (label, prof) in zip(axes[:, 0], profiles.items()):
+        _panel(ax, label, prof)
+    highest = max(p.peak_bytes for p in profiles.values()) / _MIB
+    axes[0, 0].set_ylim(0, 1.25 * highest or 1)  # shared; room above the peaks for the labels
+    predicted = any(p.predicted for p in profiles.values())
+    axes[-1, 0].set_xlabel("node of the step, in run order (a checkpoint's body nodes, then the block)"
+                           + ("; XLA stages marked in black" if predicted else ""))
+    entries = {}
+    for ax in axes[:, 0]:
+        entries.update(zip(*reversed(ax.get_legend_handles_labels())))
+    legend = 0.17 * ((len(entries) + 1) // 2)  # inches: its rows
+    head = 0.1 + (0.3 if title else 0)
+    # Laid out first: tight_layout would push the panels down again for a title it sees.
+    fig.tight_layout(rect=(0, 0, 1, 1 - (head + legend + 0.1) / height))
+    if title:
+        fig.suptitle(title, y=1 - 0.1 / height, va="top")
+    fig.legend(entries.values(), entries.keys(), loc="upper center", bbox_to_anchor=(0.5, 1 - head / height),
+               ncol=2, fontsize=7.5, frameon=False, handlelength=1.5, columnspacing=2, borderaxespad=0)
+    renderer = fig.canvas.get_renderer()
+    for ax in axes[:, 0]:
+        _separate_labels(ax, renderer)
+    return fig
+
+
 def _panel(ax, label: str, prof: Profile) -> None:
-    mib = 2.0**20
-    xs = np.arange(len(prof.timeline))
-    ax.fill_between(xs, [e.live / mib for e in prof.timeline], step="post", alpha=0.35, color="C0")
-    ax.plot(xs, [e.high / mib for e in prof.timeline], drawstyle="steps-post", lw=0.9, color="C0")
-    b = prof.backward_start
-    if b is not None:
-        ax.axvspan(b, len(xs), color="C1", alpha=0.08)
-        ax.axvline(b, color="C1", lw=1, ls="--")
-        box = {"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1}
-        ax.text(b, 0.95, " backward", transform=ax.get_xaxis_transform(), va="top", color="C1", fontsize=8, bbox=box)
-        ax.text(0, 0.95, " forward", transform=ax.get_xaxis_transform(), va="top", color="C0", fontsize=8, bbox=box)
+    n = len(prof.timeline)
+    how = "predicted" if prof.predicted else "measured"
+    if n:
+        xs = np.arange(n + 1)  # node i spans [i, i + 1)
+        live = [e.live / _MIB for e in prof.timeline]
+        high = [e.high / _MIB for e in prof.timeline]
+        ax.fill_between(xs, live + live[-1:], step="post", alpha=0.35, color="C0", lw=0,
+                        label=f"live after each node: {how}, the NumPy evaluator's count")
+        ax.plot(xs, high + high[-1:], drawstyle="steps-post", lw=0.9, color="C0",
+                label=f"most live while each node runs: {how}")
+    if prof.stages:
+        _stage_marks(ax, prof.stages)
+    _phase_labels(ax, prof.backward_start, n)
     name = f"{label}: " if label else ""
-    ax.set_title(f"{name}peak {prof.peak_bytes / mib:.2f} MiB", fontsize=9, loc="left")
+    count = len(prof.stages)
+    stages = f" ({count} XLA stage{'s' if count != 1 else ''})" if count else ""
+    ax.set_title(f"{name}peak {prof.peak_bytes / _MIB:.2f} MiB, measured{stages}", fontsize=9, loc="left")
     ax.set_ylabel("live MiB")
-    ax.set_xlim(0, max(len(xs), 1))
+    ax.set_xlim(0, max(n, 1))
     ax.set_ylim(bottom=0)
 
 
-__all__ = ["Residual", "Event", "Profile", "saved_residuals", "print_saved_residuals", "profile", "plot"]
+def _stage_marks(ax, stages: list[StageFigure]) -> None:
+    edges = [s.start for s in stages] + [stages[-1].stop]
+    ax.stairs([s.high / _MIB for s in stages], edges, color="k", lw=1.1, baseline=None,
+              label="held while each XLA stage runs: measured (arrays + XLA temps)")
+    ax.plot([s.stop for s in stages], [s.live / _MIB for s in stages], "o", color="k", ms=2.5,
+            label="live arrays after each XLA stage: measured")
+
+
+def _phase_labels(ax, b: int | None, n: int) -> None:
+    if b is None:
+        return
+    ax.axvspan(b, max(n, 1), color="C1", alpha=0.08)
+    ax.axvline(b, color="C1", lw=1, ls="--")
+    box = {"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1}
+    at = ax.get_xaxis_transform()
+    if b > 0:
+        ax.text(0, 0.97, " forward", transform=at, va="top", color="C0", fontsize=8, bbox=box, gid="phase")
+    ax.text(b, 0.97, " backward", transform=at, va="top", color="C1", fontsize=8, bbox=box, gid="phase")
+
+
+def _separate_labels(ax, renderer) -> None:
+    """A forward pass too short for its label ("forward ckward"): the backward label drops a line."""
+    labels = [t for t in ax.texts if t.get_gid() == "phase"]
+    if len(labels) != 2:
+        return
+    forward, backward = (t.get_window_extent(renderer) for t in labels)
+    if forward.overlaps(backward):
+        step = (backward.height + 2) / ax.get_window_extent(renderer).height
+        labels[1].set_y(labels[1].get_position()[1] - step)
+
+
+__all__ = ["Residual", "Event", "StageFigure", "Profile", "saved_residuals", "print_saved_residuals", "profile", "plot"]

@@ -9,6 +9,8 @@ scope; the checkpoint captures them.
 - `gpt_loss(params, data, plan, heads)`: a pre-norm transformer, next-token cross-entropy.
 - `scanned_mlp_loss(stacked, x, checkpoint)`: the residual MLP as one `rm.scan` over stacked
   weights; `checkpoint` is `rm.scan`'s (None, "step", `rm.loops.segments(k)`, `rm.loops.binomial(s)`).
+- `scanned_gpt_loss(stacked, data, checkpoint, heads)`: the GPT-style model with its blocks' weights
+  stacked (`stack_gpt_params`) and one `rm.scan` over the blocks.
 - `rnn_loss(params, h0, xs, checkpoint)`: a tanh RNN over the T steps of `xs`, as one `rm.scan`.
 
 The same models in JAX and PyTorch are in `remat.bench.impl_jax` and `remat.bench.impl_torch`.
@@ -110,9 +112,16 @@ def gpt_loss(params: dict, data, plan: str | int, heads: int):
     `data` is `(tokens, targets)`; parameters as `remat.bench.config.inputs` makes them."""
     tokens, targets = data
     mask = causal_mask(tokens.shape[1])
-    h = rm.take(params["tok"], tokens, axis=0) + params["pos"]
     layers = [lambda h, p=p: gpt_block(p, h, heads, mask) for p in params["blocks"]]
-    h = checkpointed(layers, h, plan)
+    h = checkpointed(layers, _embed(params, tokens), plan)
+    return _next_token_loss(params, h, targets)
+
+
+def _embed(params: dict, tokens):
+    return rm.take(params["tok"], tokens, axis=0) + params["pos"]
+
+
+def _next_token_loss(params: dict, h, targets):
     logits = rm.nn.layer_norm(h, params["lnf_g"], params["lnf_b"]) @ params["head"]
     return rm.nn.cross_entropy(logits, targets)
 
@@ -138,6 +147,37 @@ def scanned_mlp(stacked, x, checkpoint=None):
 def scanned_mlp_loss(stacked, x, checkpoint=None):
     h = scanned_mlp(stacked, x, checkpoint)
     return rm.mean(h * h)
+
+
+def stack_gpt_params(params: dict) -> dict:
+    """`params` of `gpt_loss` with its list of blocks as one dict of weights stacked along a new
+    leading axis (blocks), the form `scanned_gpt_loss` takes."""
+    blocks = params["blocks"]
+    return {**params, "blocks": {k: rm.stack([b[k] for b in blocks]) for k in blocks[0]}}
+
+
+def scanned_gpt_loss(stacked: dict, data, checkpoint=None, heads: int = 4):
+    """`gpt_loss` as one scan over the blocks, whose weights are stacked (`stack_gpt_params`):
+    the graph holds one block whatever the depth. `checkpoint` is `rm.scan`'s.
+
+    >>> import numpy as np, remat as rm
+    >>> from remat.bench.config import GPT, inputs
+    >>> params, data = inputs(GPT(layers=2, d_model=8, heads=2, seq=4, batch=1, vocab=5))
+    >>> stacked = stack_gpt_params(params)
+    >>> stacked["blocks"]["qkv"].shape
+    (2, 8, 24)
+    >>> a = rm.jit(scanned_gpt_loss, static_argnums=(2, 3))(stacked, data, "step", 2)
+    >>> bool(np.isclose(a, gpt_loss(params, data, "none", 2)))
+    True
+    """
+    tokens, targets = data
+    mask = causal_mask(tokens.shape[1])
+
+    def block(h, p):
+        return gpt_block(p, h, heads, mask), None
+
+    h, _ = rm.scan(block, _embed(stacked, tokens), stacked["blocks"], checkpoint=checkpoint)
+    return _next_token_loss(stacked, h, targets)
 
 
 def rnn_params(width: int, inputs: int, seed: int = 0, dtype="float32") -> dict:

@@ -22,6 +22,7 @@ from remat.ops import (
     exp,
     expand_dims,
     log,
+    log1p,
     max,
     mean,
     multiply,
@@ -33,6 +34,7 @@ from remat.ops import (
     zeros_like,
 )
 from remat.ops.reduce import normalize_axes
+from remat.ops.special import normal_cdf as _normal_cdf
 from remat.trace import Tensor, asarray
 
 
@@ -65,9 +67,41 @@ def sigmoid(x) -> Tensor:
     return where(nonneg, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
+def silu(x) -> Tensor:
+    """`x * sigmoid(x)` (also called swish), as `jax.nn.silu`.
+
+    >>> import remat as rm
+    >>> rm.nn.silu(rm.asarray([0.0, 1.0]))
+    Tensor([0.       , 0.7310586], dtype=float32)
+    """
+    x = _float(x)
+    return x * sigmoid(x)
+
+
+def softplus(x) -> Tensor:
+    """`log(1 + exp(x))`, a smooth relu, without overflow for any `x`, as `jax.nn.softplus`; its
+    gradient is `sigmoid(x)`.
+
+    >>> import remat as rm
+    >>> rm.nn.softplus(rm.asarray(0.0))
+    Tensor(0.6931472, dtype=float32)
+    >>> float(rm.nn.softplus(rm.asarray(1000.0)))
+    1000.0
+    """
+    x = _float(x)
+    # max(x, 0) + log1p(exp(-|x|)): exp never overflows. NOTE: both kinks are taken on the same
+    # side (x >= 0), so their slopes at 0 add up to sigmoid(0) = 1/2, as they must.
+    nonneg = x >= 0
+    return where(nonneg, x, 0.0) + log1p(exp(where(nonneg, -x, x)))
+
+
 def gelu(x, approximate: bool = True) -> Tensor:
-    """Gaussian error linear unit `x * Phi(x)`; `approximate` uses the tanh form (as JAX does
-    by default). Its gradient keeps only `x`.
+    """Gaussian error linear unit `x * Phi(x)`, as `jax.nn.gelu`: `approximate=True` (the
+    default, as in JAX) is the tanh form `x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`,
+    `approximate=False` the exact one (PyTorch's default). Its gradient keeps only `x`.
+
+    NOTE: remat has no erf primitive; exact gelu uses a fit of erfc (remat/ops/special.py), so
+    it and its gradient agree with the true ones to float32 precision, not float64's.
 
     >>> import remat as rm
     >>> rm.nn.gelu(rm.asarray([0.0, 1.0]), approximate=False)
@@ -91,35 +125,15 @@ def _gelu_tanh_bwd(x: Tensor, g: Tensor) -> tuple:
     return (g * slope,)
 
 
-def _phi_cdf(x: Tensor) -> Tensor:
-    """Phi(x) = erfc(-x / sqrt 2) / 2; erfc of a negative argument is 2 - erfc(|z|)."""
-    z = x * (1.0 / math.sqrt(2.0))
-    tail = _erfc_nonneg(where(x < 0, -z, z))
-    return 0.5 * where(x < 0, tail, 2.0 - tail)
-
-
 def _gelu_exact_bwd(x: Tensor, g: Tensor) -> tuple:
     # d/dx [x Phi(x)] = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
-    return (g * (_phi_cdf(x) + x * (exp(-0.5 * (x * x)) * (1.0 / math.sqrt(2.0 * math.pi)))),)
+    return (g * (_normal_cdf(x) + x * (exp(-0.5 * (x * x)) * (1.0 / math.sqrt(2.0 * math.pi)))),)
 
 
 _gelu_tanh = custom_vjp(_gelu_tanh_value)
 _gelu_tanh.defvjp(lambda x: (_gelu_tanh_value(x), x), _gelu_tanh_bwd)
-_gelu_exact = custom_vjp(lambda x: x * _phi_cdf(x))
-_gelu_exact.defvjp(lambda x: (x * _phi_cdf(x), x), _gelu_exact_bwd)
-
-
-def _erfc_nonneg(z: Tensor) -> Tensor:
-    """erfc(z) for z >= 0 with relative error below 1.2e-7 (Numerical Recipes' Chebyshev fit).
-
-    NOTE: remat has no erf primitive, so exact gelu differentiates this fit: its gradient agrees
-    with the true one to float32 precision, not to float64 precision."""
-    t = 1.0 / (1.0 + 0.5 * z)
-    poly = 0.17087277
-    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
-              0.09678418, 0.37409196, 1.00002368, -1.26551223):
-        poly = c + t * poly
-    return t * exp(poly - z * z)
+_gelu_exact = custom_vjp(lambda x: x * _normal_cdf(x))
+_gelu_exact.defvjp(lambda x: (x * _normal_cdf(x), x), _gelu_exact_bwd)
 
 
 def _max_shift(x: Tensor, axis) -> Tensor:
@@ -235,6 +249,38 @@ def _normalize(axes: tuple[int, ...], eps: float) -> custom_vjp:
     f = custom_vjp(lambda x: normalize_fwd(x)[0])
     f.__name__ = "layer_norm"
     f.defvjp(normalize_fwd, normalize_bwd)
+    return f
+
+
+def rms_norm(x, gamma=None, axis=-1, eps: float = 1e-6) -> Tensor:
+    """`x / sqrt(mean(x**2) + eps) * gamma`, the mean taken over `axis` (an int or a tuple), as
+    PyTorch's `RMSNorm` and Flax's; `gamma` broadcasts against `x` and may be None. Its gradient
+    keeps the normalized value and `1 / sqrt(mean(x**2) + eps)`.
+
+    >>> import remat as rm
+    >>> rm.nn.rms_norm(rm.asarray([3.0, 4.0]), eps=0.0)
+    Tensor([0.84852815, 1.1313709 ], dtype=float32)
+    """
+    x = _float(x)
+    out = _rms_normalize(normalize_axes(axis, x.ndim, "rms_norm"), float(eps))(x)
+    return out if gamma is None else out * gamma
+
+
+@functools.cache
+def _rms_normalize(axes: tuple[int, ...], eps: float) -> custom_vjp:
+    def rms_fwd(x):
+        r = 1.0 / sqrt(mean(x * x, axis=axes, keepdims=True) + eps)
+        n = x * r
+        return n, (n, r)
+
+    def rms_bwd(res, g):
+        # n = x r, r = 1/sqrt(mean(x^2) + eps):  x' = r (g - n mean(g n))
+        n, r = res
+        return (r * (g - n * mean(g * n, axis=axes, keepdims=True)),)
+
+    f = custom_vjp(lambda x: rms_fwd(x)[0])
+    f.__name__ = "rms_norm"
+    f.defvjp(rms_fwd, rms_bwd)
     return f
 
 

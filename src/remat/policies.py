@@ -66,6 +66,36 @@ class DotsSaveable(_Named):
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
+class DotsWithNoBatchDimsSaveable(_Named):
+    """Save matrix products without batch dimensions: those with a matrix (or vector) operand,
+    such as `h @ w` for any leading shape of `h`, not a batched `q @ k.T` of attention."""
+
+    name = "dots_with_no_batch_dims_saveable"
+
+    def __call__(self, op, inputs, outputs, params) -> bool:
+        # JAX's dot_general has batch dimensions when both operands carry leading axes.
+        return op in _DOTS and min(len(v.shape) for v in inputs) <= 2
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class SaveFromBothPolicies(_Named):
+    """Save what either of two policies saves."""
+
+    first: Callable
+    second: Callable
+    name = "save_from_both_policies"
+
+    def __call__(self, op, inputs, outputs, params) -> bool:
+        return _answer(self.first, op, inputs, outputs, params) or _answer(self.second, op, inputs, outputs, params)
+
+    def __repr__(self) -> str:
+        return f"{self.name}({self.first!r}, {self.second!r})"
+
+    def __str__(self) -> str:  # as graphs print params: no spaces
+        return f"{self.name}({self.first},{self.second})"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
 class SaveOnlyTheseNames(_Named):
     """Save the values tagged by `rm.checkpoint_name` with one of `names`."""
 
@@ -102,6 +132,7 @@ class SaveAnyNamesButThese(_Named):
 nothing_saveable = NothingSaveable()
 everything_saveable = EverythingSaveable()
 dots_saveable = DotsSaveable()
+dots_with_no_batch_dims_saveable = DotsWithNoBatchDimsSaveable()
 
 
 class UnusedNameWarning(UserWarning):
@@ -130,8 +161,23 @@ def save_any_names_but_these(*names: str) -> SaveAnyNamesButThese:
     return SaveAnyNamesButThese(_names("save_any_names_but_these", names))
 
 
-_BUILTIN = {p.name: p for p in (nothing_saveable, everything_saveable, dots_saveable)}
-_FACTORIES = (save_only_these_names, save_any_names_but_these)
+def save_from_both_policies(first, second) -> SaveFromBothPolicies:
+    """A policy saving what `first` or `second` saves (each a policy, as `policy=` takes).
+
+    >>> save_from_both_policies(dots_saveable, save_only_these_names("attn"))
+    save_from_both_policies(dots_saveable, save_only_these_names('attn'))
+    """
+    for which, p in (("first", first), ("second", second)):
+        if p is None:
+            raise ArgumentTypeError(f"save_from_both_policies: {which} is None; pass a policy such as "
+                                    "rm.policies.nothing_saveable")
+        resolve(p, f"save_from_both_policies: {which}")
+    return SaveFromBothPolicies(first, second)
+
+
+_BUILTIN = {p.name: p for p in (nothing_saveable, everything_saveable, dots_saveable,
+                                dots_with_no_batch_dims_saveable)}
+_FACTORIES = (save_only_these_names, save_any_names_but_these, save_from_both_policies)
 
 
 def resolve(policy, where: str = "checkpoint") -> Callable:
@@ -163,16 +209,27 @@ def resolve(policy, where: str = "checkpoint") -> Callable:
 
 def decide(policy: Callable, node) -> bool:
     """Whether `policy` saves `node`'s outputs; a policy must answer with a bool."""
-    answer = policy(node.op, node.inputs, node.outputs, node.params)
+    return _answer(policy, node.op, node.inputs, node.outputs, node.params)
+
+
+def _answer(policy: Callable, op: str, inputs, outputs, params) -> bool:
+    answer = policy(op, inputs, outputs, params)
     if not isinstance(answer, bool) and type(answer).__name__ != "bool_":
         raise ArgumentTypeError(
-            f"checkpoint: policy {policy!r} returned {type(answer).__name__} for {node.op}; "
+            f"checkpoint: policy {policy!r} returned {type(answer).__name__} for {op}; "
             "a policy must return True (save) or False (recompute)"
         )
     return bool(answer)
 
 
+def names_in(policy) -> list:
+    """The name policies `policy` is made of (itself, or the parts of save_from_both_policies)."""
+    if isinstance(policy, SaveFromBothPolicies):
+        return names_in(policy.first) + names_in(policy.second)
+    return [policy] if isinstance(policy, (SaveOnlyTheseNames, SaveAnyNamesButThese)) else []
+
+
 __all__ = [
-    "nothing_saveable", "everything_saveable", "dots_saveable", "save_only_these_names",
-    "save_any_names_but_these", "UnusedNameWarning",
+    "nothing_saveable", "everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
+    "save_only_these_names", "save_any_names_but_these", "save_from_both_policies", "UnusedNameWarning",
 ]

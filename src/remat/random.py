@@ -25,11 +25,29 @@ import numpy as np
 
 from remat import dtypes
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError
-from remat.ops.axes import shape_tuple
+from remat.ops.axes import axis_index, shape_tuple, static_int
 from remat.ops.creation import arange
-from remat.ops.elementwise import add, astype, less, multiply, negative, subtract
+from remat.ops.division import floor_divide
+from remat.ops.elementwise import (
+    add,
+    astype,
+    broadcast_shapes,
+    clip,
+    less,
+    log,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    subtract,
+    where,
+)
+from remat.ops.indexing import take
 from remat.ops.random_bits import random_fold_in, random_normal, random_uniform
-from remat.ops.shape import stack
+from remat.ops.reduce import argmax
+from remat.ops.shape import broadcast_to, expand_dims, stack
+from remat.ops.sort import argsort
+from remat.ops.special import normal_cdf, normal_quantile
 from remat.trace import Tensor, asarray
 
 _KEY_SHAPE = (2,)
@@ -137,7 +155,155 @@ def bernoulli(key: Tensor, p=0.5, shape=None) -> Tensor:
     return less(random_uniform(key, shape, p.dtype), p)
 
 
+def randint(key: Tensor, shape, minval, maxval, dtype=dtypes.int32) -> Tensor:
+    """Integers uniform in [minval, maxval) of `shape` and integer `dtype`, as
+    `jax.random.randint`; the bounds are ints or integer tensors (traced ones too) that
+    broadcast to `shape`. Each number is `minval + floor(u * (maxval - minval))` for a float64
+    uniform `u`: uniform to within 2**-53 for spans up to 2**53. Bounds known now must satisfy
+    minval < maxval; traced ones that do not give minval.
+
+    >>> import numpy as np, remat as rm
+    >>> x = np.asarray(rm.random.randint(rm.random.key(0), (1000,), 3, 7))
+    >>> sorted(set(x.tolist())), x.dtype
+    ([3, 4, 5, 6], dtype('int32'))
+    """
+    key, shape = _key(key, "randint"), _shape(shape, "randint")
+    dtype = dtypes.canonical(dtype, "random.randint")
+    if not dtypes.is_int(dtype):
+        raise DTypeError(f"random.randint: dtype must be an integer dtype, got {dtype}")
+    lo, hi = (_int_bound(b, dtype, name) for b, name in ((minval, "minval"), (maxval, "maxval")))
+    if lo.is_concrete and hi.is_concrete and not (np.asarray(lo._value) < np.asarray(hi._value)).all():
+        raise ArgumentValueError(f"random.randint: minval {_bound(minval)} must be below maxval {_bound(maxval)} "
+                                 "(the range [minval, maxval) is empty)")
+    _fits(shape, (lo.shape, hi.shape), "randint", "minval and maxval")
+    span = subtract(hi.astype(dtypes.float64), lo.astype(dtypes.float64))
+    u = random_uniform(key, shape, dtypes.float64)
+    k = minimum(floor_divide(multiply(u, span), 1.0), subtract(span, 1.0))  # below maxval after rounding
+    return broadcast_to(where(span > 0, add(lo, k.astype(dtype)), lo), shape)
+
+
+def categorical(key: Tensor, logits, axis: int = -1, shape=None) -> Tensor:
+    """Indices (int32) drawn with probabilities `softmax(logits)` along `axis`, as
+    `jax.random.categorical`: by default one per entry of the other axes of `logits`; `shape`,
+    if given, must end with those axes (leading ones draw more samples). The Gumbel-max trick:
+    the argmax of `logits` plus Gumbel noise.
+
+    >>> import numpy as np, remat as rm
+    >>> draws = rm.random.categorical(rm.random.key(0), rm.log(rm.asarray([0.2, 0.8])), shape=(10000,))
+    >>> bool(abs(np.mean(np.asarray(draws)) - 0.8) < 0.02)
+    True
+    """
+    key, logits = _key(key, "categorical"), asarray(logits)
+    if not dtypes.is_float(logits.dtype):
+        logits = logits.astype(dtypes.DEFAULT_FLOAT)
+    if logits.ndim == 0:
+        raise ShapeError("random.categorical: logits must have at least one axis (the categories), got shape ()")
+    axis = axis_index("random.categorical", axis, logits.ndim)
+    batch = logits.shape[:axis] + logits.shape[axis + 1 :]
+    shape = batch if shape is None else _shape(shape, "categorical")
+    if len(shape) < len(batch) or shape[len(shape) - len(batch) :] != batch:
+        raise ShapeError(f"random.categorical: shape {shape} must end with the shape {batch} of logits "
+                         f"{logits.shape} without axis {axis}")
+    prefix = len(shape) - len(batch)
+    noise_shape = shape[:prefix] + batch[:axis] + (logits.shape[axis],) + batch[axis:]
+    u = maximum(random_uniform(key, noise_shape, logits.dtype), np.finfo(logits.dtype).tiny)
+    gumbel = negative(log(negative(log(u))))
+    return argmax(add(gumbel, expand_dims(logits, tuple(range(prefix))) if prefix else logits), axis=prefix + axis)
+
+
+def permutation(key: Tensor, x, axis: int = 0) -> Tensor:
+    """A random permutation: of `arange(x)` for an int `x`, else of `x`'s entries along `axis`,
+    as `jax.random.permutation`. The order sorts float64 uniforms (one more sort per 2**17-fold
+    growth of the length, so that ties stay rarer than one in a million draws).
+
+    >>> import numpy as np, remat as rm
+    >>> sorted(np.asarray(rm.random.permutation(rm.random.key(0), 5)).tolist())
+    [0, 1, 2, 3, 4]
+    """
+    key = _key(key, "permutation")
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        n = static_int("random.permutation", x, "x")
+        if n < 0:
+            raise ArgumentValueError(f"random.permutation: x must be a non-negative int or a tensor, got {n}")
+        return _shuffle_order(key, n)
+    x = asarray(x)
+    if x.ndim == 0:
+        raise ShapeError("random.permutation: x must be an int or a tensor of at least one axis, got a 0-d tensor")
+    axis = axis_index("random.permutation", axis, x.ndim)
+    return take(x, _shuffle_order(key, x.shape[axis]), axis=axis)
+
+
+def _shuffle_order(key: Tensor, n: int) -> Tensor:
+    # Each round sorts by fresh 53-bit keys; ties keep the previous round's (random) order.
+    rounds = max(1, -(-3 * max(n - 1, 1).bit_length() // 53))
+    order = arange(n, dtype=dtypes.int32)
+    for k in range(rounds):
+        order = take(order, argsort(random_uniform(fold_in(key, k), (n,), dtypes.float64)))
+    return order
+
+
+def truncated_normal(key: Tensor, lower, upper, shape=None, dtype=dtypes.float32) -> Tensor:
+    """Standard normal numbers conditioned on [lower, upper], as `jax.random.truncated_normal`;
+    the bounds are numbers or tensors (traced ones too, infinite ones allowed) broadcasting to
+    `shape` (by default their broadcast shape). Drawn by inverting the normal CDF in float64
+    (Acklam's quantile and an erfc fit, both accurate to about 1e-7 relative), in the lower tail
+    for bounds above 0, so far tails keep their precision.
+
+    >>> import numpy as np, remat as rm
+    >>> z = np.asarray(rm.random.truncated_normal(rm.random.key(0), -1.0, 2.0, (1000,)))
+    >>> bool(z.min() >= -1.0 and z.max() <= 2.0), z.dtype
+    (True, dtype('float32'))
+    """
+    key, dtype = _key(key, "truncated_normal"), _float_dtype(dtype, "truncated_normal")
+    lo, hi = (_float_bound(b, name) for b, name in ((lower, "lower"), (upper, "upper")))
+    if lo.is_concrete and hi.is_concrete and not (np.asarray(lo._value) < np.asarray(hi._value)).all():
+        raise ArgumentValueError(f"random.truncated_normal: lower {_bound(lower)} must be below upper "
+                                 f"{_bound(upper)}")
+    shape = broadcast_shapes(lo.shape, hi.shape) if shape is None else _shape(shape, "truncated_normal")
+    _fits(shape, (lo.shape, hi.shape), "truncated_normal", "lower and upper")
+    # Above 0, draw -z from [-upper, -lower]: the CDF is exact in the lower tail, not near 1.
+    flip = lo > 0
+    a, b = where(flip, negative(hi), lo), where(flip, negative(lo), hi)
+    pa, pb = normal_cdf(a), normal_cdf(b)
+    u = random_uniform(key, shape, dtypes.float64)
+    z = clip(normal_quantile(add(pa, multiply(u, subtract(pb, pa)))), a, b)
+    return where(flip, negative(z), z).astype(dtype)
+
+
 # ---------------------------------------------------------------- helpers
+
+
+def _int_bound(bound, dtype: np.dtype, name: str) -> Tensor:
+    if isinstance(bound, Tensor) and not dtypes.is_int(bound.dtype) or isinstance(bound, (bool, float)):
+        raise DTypeError(f"random.randint: {name} must be an int or an integer tensor, got {_bound(bound)}")
+    return asarray(bound, dtype)
+
+
+def _float_bound(bound, name: str) -> Tensor:
+    if isinstance(bound, bool) or not isinstance(bound, (int, float, Tensor, np.ndarray, np.number)):
+        raise ArgumentTypeError(f"random.truncated_normal: {name} must be a number or a tensor, got {_bound(bound)}")
+    return asarray(bound, dtypes.float64)
+
+
+def _bound(x) -> str:
+    if isinstance(x, Tensor):
+        return repr(x.item()) if x.is_concrete and x.size == 1 else _describe(x)
+    return repr(x)
+
+
+def _fits(shape: tuple[int, ...], shapes, what: str, names: str) -> None:
+    for s in shapes:
+        if len(s) > len(shape) or broadcast_or_none(s, shape) != shape:
+            raise ShapeError(f"random.{what}: {names} of shapes {tuple(shapes)} do not broadcast to shape {shape}")
+
+
+def broadcast_or_none(a, b):
+    try:
+        return broadcast_shapes(a, b)
+    except ShapeError:
+        return None
+
+
 
 
 def _key(key, what: str) -> Tensor:
@@ -173,6 +339,9 @@ def _float_dtype(dtype, what: str) -> np.dtype:
     dtype = dtypes.canonical(dtype, f"random.{what}")
     if not dtypes.is_float(dtype):
         raise DTypeError(f"random.{what}: dtype must be a float dtype, got {dtype}")
+    if dtype in dtypes.LOW_PRECISION:  # the bit-exact generators make float32 and float64 only
+        raise DTypeError(f"random.{what}: dtype {dtype} is not drawn directly; draw float32 and cast "
+                         f'the result (.astype("{dtype}"))')
     return dtype
 
 

@@ -82,6 +82,13 @@ class Trace:
         return v
 
     def add_node(self, op: Op, args: list[Tensor], params: dict) -> list[Tensor]:
+        owner = args[0]._trace if op.name == "slice" else None
+        if owner is not None and owner is not self and owner.active and self._is_ancestor(owner):
+            # A slice of an enclosing trace's tensor (`W[i]` in a checkpoint body, W captured) is
+            # taken there, and the body captures the slice: its gradient is then the slice's, which
+            # the enclosing backward pass joins with the other layers' (remat/accumulate.py),
+            # rather than a full-size cotangent of W from every block.
+            return owner.add_node(op, args, params)
         in_vars = [self.lift(a) for a in args]
         source = user_source()
         avals = abstract_eval(op, [(v.shape, v.dtype) for v in in_vars], params, source)
@@ -92,11 +99,15 @@ class Trace:
     def to_graph(self, outputs: list[Tensor]) -> Graph:
         """The recorded function, without nodes (and constants) that no output depends on:
         a VJP rule computes every operand's cotangent and the unwanted ones die here."""
+        from remat.ops.core import OPS  # here: importing remat.ops imports this module
+
         out_vars = [self.lift(t) for t in outputs]
         live = set(out_vars)
         kept = []
         for node in reversed(self.nodes):
             if any(v in live for v in node.outputs):
+                prune = OPS[node.op].prune  # a loop drops the work of outputs nobody reads
+                node = node if prune is None else prune(node, live)
                 kept.append(node)
                 live.update(node.inputs)
         constants = {v: a for v, a in self.constants.items() if v in live}
@@ -264,6 +275,29 @@ class Tensor:
         value = np.asarray(self._concrete_value("converting to a NumPy array"))
         return value if dtype is None else value.astype(dtype)
 
+    @property
+    def __jax_array__(self):
+        """JAX's protocol: `jnp.sum(t)` reads a concrete tensor as a JAX array (remat/interop.py).
+        JAX's operators are not offered it, so `jax_array + t` comes to `Tensor.__radd__` and is
+        a tensor, traced or not, as `numpy_array + t` is."""
+        if sys._getframe(1).f_globals.get("__name__") == "jax._src.numpy.array_methods":
+            raise AttributeError("__jax_array__")
+        from remat import interop
+
+        return lambda: interop.jax_array(self)
+
+    def __dlpack__(self, **kwargs):
+        """DLPack: the tensor's buffer, uncopied unless it is read-only and the consumer cannot
+        be told so (remat/interop.py)."""
+        from remat import interop
+
+        return interop.dlpack(self, kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from remat import interop
+
+        return interop.dlpack_device(self)
+
     def item(self):
         return self._concrete_value("item()").item()
 
@@ -281,7 +315,7 @@ class Tensor:
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise ArgumentTypeError("len() of a 0-d tensor: it has no leading axis; use .shape or .size")
         return self.shape[0]
 
     def __iter__(self):
@@ -320,29 +354,101 @@ class Tensor:
     def __invert__(self): return _ops.logical_not(self)  # noqa: E704
     def __and__(self, o): return _ops.logical_and(self, o)  # noqa: E704
     def __or__(self, o): return _ops.logical_or(self, o)  # noqa: E704
+    def __floordiv__(self, o): return _ops.floor_divide(self, o)  # noqa: E704
+    def __rfloordiv__(self, o): return _ops.floor_divide(o, self)  # noqa: E704
+    def __mod__(self, o): return _ops.remainder(self, o)  # noqa: E704
+    def __rmod__(self, o): return _ops.remainder(o, self)  # noqa: E704
+    def __divmod__(self, o): return _ops.floor_divide(self, o), _ops.remainder(self, o)  # noqa: E704
+    def __rdivmod__(self, o): return _ops.floor_divide(o, self), _ops.remainder(o, self)  # noqa: E704
     def __getitem__(self, index): return _ops.getitem(self, index)  # noqa: E704
 
+    # Methods as NumPy's and JAX's arrays have them, each the remat function of the same name.
     @property
     def T(self) -> Tensor:
+        """All axes reversed, as `ndarray.T`."""
         return _ops.transpose(self)
+
+    @property
+    def mT(self) -> Tensor:
+        """The last two axes swapped (a batch of matrices transposed), as `ndarray.mT`."""
+        return _ops.matrix_transpose(self)
+
+    @property
+    def at(self):
+        """Functional updates, as JAX's: `x.at[idx].set(v)`, `.add(v)`, `.multiply(v)`, `.get()`
+        return a new tensor (see remat/ops/update.py)."""
+        from remat.ops.update import IndexUpdater
+
+        return IndexUpdater(self)
 
     def astype(self, dtype) -> Tensor:
         return _ops.astype(self, dtype)
 
     def reshape(self, *shape) -> Tensor:
-        return _ops.reshape(self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
+        """`x.reshape(2, 3)` or `x.reshape((2, 3))`, as NumPy's."""
+        return _ops.reshape(self, _varargs(shape))
+
+    def transpose(self, *axes) -> Tensor:
+        """`x.transpose()` (all axes reversed), `x.transpose(1, 0, 2)` or `x.transpose((1, 0, 2))`."""
+        return _ops.transpose(self, _varargs(axes) if axes else None)
+
+    def flatten(self) -> Tensor:
+        """The tensor as 1-d (a reshape: remat tensors are immutable, so NumPy's copy is moot)."""
+        return _ops.reshape(self, (-1,))
+
+    def ravel(self) -> Tensor:
+        return _ops.reshape(self, (-1,))
+
+    def squeeze(self, axis=None) -> Tensor:
+        return _ops.squeeze(self, axis)
 
     def sum(self, axis=None, keepdims=False) -> Tensor:
         return _ops.sum(self, axis=axis, keepdims=keepdims)
 
+    def prod(self, axis=None, keepdims=False) -> Tensor:
+        return _ops.prod(self, axis=axis, keepdims=keepdims)
+
     def mean(self, axis=None, keepdims=False) -> Tensor:
         return _ops.mean(self, axis=axis, keepdims=keepdims)
+
+    def var(self, axis=None, ddof=0, keepdims=False) -> Tensor:
+        return _ops.var(self, axis=axis, ddof=ddof, keepdims=keepdims)
+
+    def std(self, axis=None, ddof=0, keepdims=False) -> Tensor:
+        return _ops.std(self, axis=axis, ddof=ddof, keepdims=keepdims)
 
     def max(self, axis=None, keepdims=False) -> Tensor:
         return _ops.max(self, axis=axis, keepdims=keepdims)
 
     def min(self, axis=None, keepdims=False) -> Tensor:
         return _ops.min(self, axis=axis, keepdims=keepdims)
+
+    def argmax(self, axis=None, keepdims=False) -> Tensor:
+        return _ops.argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis=None, keepdims=False) -> Tensor:
+        return _ops.argmin(self, axis=axis, keepdims=keepdims)
+
+    def cumsum(self, axis=None, dtype=None) -> Tensor:
+        return _ops.cumsum(self, axis=axis, dtype=dtype)
+
+    def cumprod(self, axis=None, dtype=None) -> Tensor:
+        return _ops.cumprod(self, axis=axis, dtype=dtype)
+
+    def sort(self, axis=-1, descending=False) -> Tensor:
+        """The sorted tensor (a new one, as JAX's `x.sort()`; NumPy's sorts in place)."""
+        return _ops.sort(self, axis=axis, descending=descending)
+
+    def argsort(self, axis=-1, descending=False) -> Tensor:
+        return _ops.argsort(self, axis=axis, descending=descending)
+
+    def clip(self, min=None, max=None) -> Tensor:
+        return _ops.clip(self, min, max)
+
+
+def _varargs(args: tuple):
+    """A method's `*args` as NumPy reads them: `f(2, 3)` and `f((2, 3))` are the same call."""
+    return args[0] if len(args) == 1 and not isinstance(args[0], (int, np.integer)) else args
 
 
 def _snapshot(value) -> np.ndarray:
@@ -383,7 +489,7 @@ def _frozen_copy(a: np.ndarray, source) -> np.ndarray:
 def asarray(x, dtype=None) -> Tensor:
     """A Tensor from a Tensor, NumPy or JAX array, Python number or nested list. Python floats
     default to float32 and ints to int32; arrays keep their dtype, which must be one of
-    bool, int32, int64, float32, float64. Values are converted exactly (rounded only where the
+    bool, int32, int64, float16, bfloat16, float32, float64. Values are converted exactly (rounded only where the
     dtype has no closer float) or not at all: the rules are in remat/values.py.
 
     >>> asarray([1.0, 2.0]).dtype

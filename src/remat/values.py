@@ -6,13 +6,15 @@ meeting a tensor all follow these rules:
   by the kind NumPy infers (bool < int < float), unless `dtype=` names another. With a dtype the
   exact Python value goes straight to it, never through float32 or int32:
   `asarray(0.1, "float64")` is the double nearest 0.1, `asarray(2**40, "int64")` is 2**40.
-- A NumPy array or scalar (or a JAX array) keeps its dtype, which must be one of remat's five;
-  any other (float16, uint8, int16, ...) is a DTypeError unless `dtype=` asks for a conversion.
-- A conversion rounds a float to the nearest value of the target dtype, and truncates it toward
-  zero when asked for an integer dtype; nothing else changes a value. An integer outside the
-  target's range, a finite float beyond it (1e300 as float32), or NaN or an infinity as an
-  integer is a ValueOverflow naming the value and the dtype: integers never wrap and finite
-  floats never become infinite.
+- A NumPy array or scalar (or a JAX array) keeps its dtype, which must be one of remat's seven
+  (bool, int32, int64, float16, bfloat16, float32, float64); any other (uint8, int16, float128,
+  ...) is a DTypeError unless `dtype=` asks for a conversion.
+- A conversion rounds a float (or an integer) to the nearest value of the target dtype, once:
+  float64 to bfloat16 is not float64 to float32 to bfloat16, which can round twice. It truncates a
+  float toward zero when asked for an integer dtype; nothing else changes a value. An integer
+  outside the target's range, a finite number beyond it (1e300 as float32, 70000 as float16), or
+  NaN or an infinity as an integer is a ValueOverflow naming the value and the dtype: integers
+  never wrap and finite numbers never become infinite.
 - A ragged nested list, or one nested more than 64 deep, is a ShapeError; a value of another
   type (None, a string, a dict) is an ArgumentTypeError and a complex one a DTypeError.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from remat import dtypes
+from remat.backends import rounding
 from remat.errors import ArgumentTypeError, DTypeError, RematError, ShapeError, ValueOverflow
 
 MAX_RANK = 64  # NumPy's limit on dimensions
@@ -64,7 +67,7 @@ def supported(dtype: np.dtype, what: str, subject: str = "arrays of dtype {dtype
     ones and how to convert (`subject` and `convert` word the message for the caller)."""
     if dtypes.is_supported(dtype):
         return np.dtype(dtype)
-    to = "float32" if dtype.kind == "f" else "int32" if dtype.kind in "iu" else None
+    to = "float32" if dtypes.is_float(dtype) else "int32" if dtype.kind in "iu" else None
     how = f"; convert it first (x.astype(np.{to})) or {convert.format(to=to)}" if to else ""
     raise DTypeError(f"{what}{subject.format(dtype=dtype)} not supported (remat takes "
                      f"{dtypes.SUPPORTED_NAMES}){how}")
@@ -77,16 +80,24 @@ def convert(a: np.ndarray, target: np.dtype, what: str, fix: str = PASS_DTYPE,
         return a
     if a.dtype == object:
         return _convert_python_ints(a, target, what, fix)
-    if a.dtype.kind not in "biuf":
+    if not dtypes.is_numeric(a.dtype):
         raise DTypeError(f"{what}: values of dtype {a.dtype} cannot become {target}")
     if dtypes.can_hold(a.dtype, target):
-        return a.astype(target)
-    if target.kind == "f":
+        return cast(a, target)
+    if dtypes.is_float(target):
         with np.errstate(over="ignore"):
-            out = a.astype(target)
+            out = cast(a, target)
         _raise_if_any(np.isinf(out) & np.isfinite(a), a, target, what, fix, python)
         return out
     _check_int_range(a, target, what, fix, python)
+    return a.astype(target)
+
+
+def cast(a: np.ndarray, target: np.dtype) -> np.ndarray:
+    """`a.astype(target)`, except that a value reaching bfloat16 is rounded once (ml_dtypes
+    rounds float64 and integers twice, through float32: see remat/backends/rounding.py)."""
+    if target == dtypes.bfloat16:
+        return np.asarray(rounding.to_bfloat16(np, np.asarray(a)))
     return a.astype(target)
 
 
@@ -107,7 +118,8 @@ def _check_int_range(a: np.ndarray, target: np.dtype, what: str, fix: str, pytho
 
 def _raise_if_any(bad: np.ndarray, a: np.ndarray, target, what: str, fix: str, python: bool) -> None:
     if bad.any():
-        _overflow(a[bad].flat[0].item(), target, what, fix, python)
+        value = a[bad].flat[0]
+        _overflow(float(value) if dtypes.is_float(a.dtype) else value.item(), target, what, fix, python)
 
 
 def _overflow(value, target: np.dtype, what: str, fix: str, python: bool) -> None:
@@ -118,8 +130,9 @@ def _overflow(value, target: np.dtype, what: str, fix: str, python: bool) -> Non
 def _advice(value, target: np.dtype, fix: str) -> str:
     if isinstance(value, float) and not np.isfinite(value):
         return f"; {value!r} has no integer value"
-    if target.kind == "f":
-        return "; " + fix.format(dtype="float64")
+    if dtypes.is_float(target):
+        return "; " + fix.format(dtype="float32" if target in dtypes.LOW_PRECISION and abs(value) < 3e38
+                                 else "float64")
     if not -(2.0**63) <= value < 2.0**63:
         return ('; it is beyond int64, the widest integer dtype: pass it as a float (dtype="float64") if '
                 "rounding it is acceptable")
@@ -193,8 +206,9 @@ def _convert_python_ints(a: np.ndarray, target: np.dtype, what: str, fix: str) -
     values = [v.item() if isinstance(v, np.generic) else v for v in a.flat]
     if target.kind == "b":
         return np.array([bool(v) for v in values], target).reshape(a.shape)
-    if target.kind == "f":
-        return np.array([_int_to_float(v, target, what, fix) for v in values], target).reshape(a.shape)
+    if dtypes.is_float(target):
+        exact = np.array([_int_to_float(v, target, what, fix) for v in values], np.float64)
+        return cast(exact, target).reshape(a.shape)
     ints = np.array([float(v) if isinstance(v, float) else 0 for v in values])
     _check_int_range(ints, target, what, fix, python=True)  # the floats among them
     for v in values:
@@ -205,13 +219,13 @@ def _convert_python_ints(a: np.ndarray, target: np.dtype, what: str, fix: str) -
 
 def _int_to_float(v, target: np.dtype, what: str, fix: str) -> float:
     """`v` rounded once, to the nearest `target` value (float(v) then float32 would round twice)."""
-    exact = v if isinstance(v, (float, bool)) else _round_to_bits(v, np.finfo(target).nmant + 1)
+    exact = v if isinstance(v, (float, bool)) else _round_to_bits(v, dtypes.finfo(target).nmant + 1)
     try:
         f = float(exact)
     except OverflowError:
         _overflow(v, target, what, fix, python=True)
     with np.errstate(over="ignore"):
-        out = target.type(f)
+        out = cast(np.asarray(f), target)
     if np.isinf(out) and np.isfinite(f):
         _overflow(v, target, what, fix, python=True)
     return f

@@ -73,6 +73,20 @@ def align_to(t: Tensor, vaxes: tuple) -> Tensor:
     return _lay_out(t, tuple(vaxes), t.ndim, materialize=True)._relabel(tuple(vaxes))
 
 
+def cotangent_layout(c: Tensor, vaxes: tuple) -> Tensor:
+    """`c`, given for an output vectorized over `vaxes`, in the output's raw layout (`vaxes` as
+    plain leading axes), keeping vectorized the axes the output lacks: those of a `vmap` over
+    the function `vjp` returned, one cotangent per entry."""
+    extra = tuple((n, k) for n, k in c._vaxes if n not in dict(vaxes))
+    return align_to(c, extra + tuple(vaxes))._relabel(extra)
+
+
+def from_raw_layout(g: Tensor, vaxes: tuple) -> Tensor:
+    """The inverse of `cotangent_layout` for a value of raw layout over `vaxes`: its leading
+    plain axes become `vaxes`, after the vectorized axes it has."""
+    return g._relabel(g._vaxes + tuple(vaxes))
+
+
 _fresh = itertools.count()
 
 
@@ -371,7 +385,8 @@ def _permute_rule(p, names):
 
 RULES: dict[str, Callable] = {
     **{name: _single(_shift_axes("axes")) for name in ("sum", "prod", "max", "min", "flip")},
-    **{name: _single(lambda p, names: {**p, "axis": p["axis"] + len(names)}) for name in ("argmax", "argmin")},
+    **{name: _single(lambda p, names: {**p, "axis": p["axis"] + len(names)})
+       for name in ("argmax", "argmin", "cumsum", "cumprod", "sort")},
     "permute_dims": _single(_permute_rule),
     "reshape": _single(lambda p, names: {"shape": _sizes(names) + p["shape"]}),
     "slice": _single(lambda p, names: {"start": (0,) * len(names) + p["start"], "stop": _sizes(names) + p["stop"],
@@ -387,6 +402,18 @@ RULES: dict[str, Callable] = {
     "random_normal": _single(lambda p, names: p),
     "random_fold_in": _random_fold_in,
 }
+
+
+def _block(op, tensors, params, names):
+    """A block (checkpoint, loop) met by vectorized operands, as when the function `vjp`
+    returned runs under vmap: emitted again through its front end, which traces the body on the
+    vectorized operands. Its forward-mode rule does exactly that when no operand has a tangent."""
+    outs, _ = op.jvp.rule((None,) * len(tensors), *tensors, **params)
+    return tuple(outs)
+
+
+for _name in ("checkpoint", "scan", "cond", "while"):
+    RULES[_name] = _block
 
 
 def bind_vectorized(op, tensors: list[Tensor], params: dict):

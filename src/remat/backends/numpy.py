@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from remat.backends import blas, threefry
+from remat.backends import blas, low_precision, threefry
 from remat.graph import Graph, Var
 from remat.loops import numpy_impl
 
@@ -40,6 +40,19 @@ def _index_add(x, idx, upd, *, axis):
     return out
 
 
+def _cumulative(fn, x, axis, reverse):
+    # In x's own dtype (NumPy would widen int32 to int64), wrapping as XLA does.
+    if reverse:
+        return np.flip(fn(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
+    return fn(x, axis=axis, dtype=x.dtype)
+
+
+def _sort(x, *, axis):
+    # Stable: NaNs last, -0.0 equal to 0.0 (ops/sort.py).
+    perm = np.argsort(x, axis=axis, kind="stable")
+    return np.take_along_axis(x, perm, axis=axis), perm.astype(np.int32)
+
+
 def _u32(x: np.ndarray) -> np.ndarray:
     return np.asarray(x).view(np.uint32)  # int32 bits as uint32: a reinterpretation
 
@@ -70,9 +83,9 @@ IMPLS: dict[str, Callable] = {
     "greater": np.greater, "greater_equal": np.greater_equal,
     "logical_and": np.logical_and, "logical_or": np.logical_or,
     "where": np.where,
-    "convert": lambda x, *, dtype: x.astype(dtype),
-    "sum": lambda x, *, axes: np.sum(x, axis=axes),
-    "prod": lambda x, *, axes: np.prod(x, axis=axes),
+    "convert": low_precision.numpy_convert,
+    "sum": low_precision.numpy_reduce(np.sum),
+    "prod": low_precision.numpy_reduce(np.prod),
     "max": lambda x, *, axes: np.max(x, axis=axes),
     "min": lambda x, *, axes: np.min(x, axis=axes),
     "argmax": lambda x, *, axis: np.argmax(x, axis=axis),
@@ -84,7 +97,11 @@ IMPLS: dict[str, Callable] = {
     "slice": _slice,
     "pad": _pad,
     "flip": lambda x, *, axes: np.flip(x, axes),
-    "matmul": np.matmul,
+    "cumsum": lambda x, *, axis, reverse: _cumulative(np.cumsum, x, axis, reverse),
+    "cumprod": lambda x, *, axis, reverse: _cumulative(np.cumprod, x, axis, reverse),
+    "sort": _sort,
+    "floor_divide": np.floor_divide, "remainder": np.remainder,
+    "matmul": low_precision.numpy_matmul,
     "take": _take,
     "index_add": _index_add,
     "stop_gradient": lambda x: x,
@@ -92,6 +109,7 @@ IMPLS: dict[str, Callable] = {
     "checkpoint_name": lambda x, *, name: x,
     "checkpoint": _block,
     "custom_vjp": _block,  # runs fwd: the outputs, then the residuals
+    "custom_jvp": _block,  # runs the function (the rule is for derivatives)
     "random_uniform": _random_uniform,
     "random_normal": lambda key, *, shape, dtype: threefry.normal(np, _u32(key), shape, dtype),
     "random_fold_in": _random_fold_in,
@@ -103,7 +121,7 @@ IMPLS: dict[str, Callable] = {
 }
 
 # ops that run sub-graphs and so take the memory counter
-_BLOCKS = {"checkpoint", "custom_vjp", "scan", "scan_binomial", "while", "cond"}
+_BLOCKS = {"checkpoint", "custom_vjp", "custom_jvp", "scan", "scan_binomial", "while", "cond"}
 
 
 def apply(op: str, values: list[np.ndarray], params: dict, avals, memory=None, out=None) -> list[np.ndarray]:
@@ -224,7 +242,8 @@ def run(graph: Graph, args, memory: Memory | None = None, frees: list[list[Var]]
 def _donation(node, dead: list[Var], env: dict, memory: Memory) -> np.ndarray | None:
     """A buffer dying at `node` that an elementwise op can write its result into, so that
     `g * (1 - y * y)` needs one new buffer rather than three."""
-    if not isinstance(IMPLS[node.op], np.ufunc) or len(node.outputs) != 1:
+    fn = IMPLS[node.op]
+    if not (isinstance(fn, np.ufunc) or getattr(fn, "takes_out", False)) or len(node.outputs) != 1:
         return None
     (result,) = node.outputs
     for v in dead:
@@ -254,11 +273,14 @@ def compile(graph: Graph) -> Callable:
     """A callable running `graph` on NumPy arrays; `.last_memory` holds its latest Memory."""
 
     def call(*args):
+        # A JAX array on the CPU becomes a read-only view of its own buffer, not a copy; what
+        # the run counts and frees are NumPy arrays, so the conversion comes first.
+        arrays = [np.asarray(a) for a in args]
         memory = Memory()
-        for a in args:
+        for a in arrays:
             memory.external(a)
         with blas.limited(graph):  # spinning BLAS workers stall everything else (see blas.py)
-            outs = run(graph, [np.asarray(a) for a in args], memory)
+            outs = run(graph, arrays, memory)
         memory.finish()
         call.last_memory = memory
         return outs

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from remat.backends import threefry
+from remat.backends import low_precision, threefry
 from remat.graph import Graph, Var
 from remat.loops import xla_impl
 
@@ -54,6 +54,24 @@ def _along(axis: int, idx) -> tuple:
 
 def _reduce(fn) -> Callable:
     return lambda x, *, axes: fn(x, axis=axes)
+
+
+def _sort(x, *, axis):
+    # Stable, in NumPy's order (ops/sort.py). lax.sort compares floats in IEEE total order
+    # (-NaN first, -0.0 before 0.0), so it sorts keys with every zero +0.0 and every NaN +NaN,
+    # as jnp.sort does, carrying the values and their positions along.
+    keys = x
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        keys = jnp.where(jnp.isnan(x), jnp.array(jnp.nan, x.dtype), jnp.where(x == 0, jnp.zeros((), x.dtype), x))
+    iota = lax.broadcasted_iota(jnp.int32, x.shape, axis)
+    _, values, perm = lax.sort((keys, x, iota), dimension=axis, is_stable=True, num_keys=1)
+    return values, perm
+
+
+def _by_nonzero(fn, x, y):
+    # An integer divisor of 0 gives 0, as in NumPy (ops/division.py); XLA's would be -1 or x.
+    out = fn(x, y)
+    return jnp.where(y == 0, jnp.zeros((), out.dtype), out) if jnp.issubdtype(out.dtype, jnp.integer) else out
 
 
 def _u32(x):
@@ -83,8 +101,9 @@ IMPLS: dict[str, Callable] = {
     "greater": jnp.greater, "greater_equal": jnp.greater_equal,
     "logical_and": jnp.logical_and, "logical_or": jnp.logical_or,
     "where": jnp.where,
-    "convert": lambda x, *, dtype: lax.convert_element_type(x, dtype),
-    "sum": _reduce(jnp.sum), "prod": _reduce(jnp.prod), "max": _reduce(jnp.max), "min": _reduce(jnp.min),
+    "convert": low_precision.xla_convert,
+    "sum": low_precision.xla_reduce(jnp.sum), "prod": low_precision.xla_reduce(jnp.prod),
+    "max": _reduce(jnp.max), "min": _reduce(jnp.min),
     "argmax": lambda x, *, axis: jnp.argmax(x, axis=axis),
     "argmin": lambda x, *, axis: jnp.argmin(x, axis=axis),
     "reshape": lambda x, *, shape: lax.reshape(x, shape),
@@ -94,8 +113,12 @@ IMPLS: dict[str, Callable] = {
     "slice": _slice,
     "pad": _pad,
     "flip": lambda x, *, axes: lax.rev(x, axes),
-    # HIGHEST: float32 products in float32 everywhere (no TF32 on GPUs), as NumPy computes them.
-    "matmul": lambda a, b: jnp.matmul(a, b, precision=lax.Precision.HIGHEST),
+    "cumsum": lambda x, *, axis, reverse: lax.cumsum(x, axis=axis, reverse=reverse),
+    "cumprod": lambda x, *, axis, reverse: lax.cumprod(x, axis=axis, reverse=reverse),
+    "sort": _sort,
+    "floor_divide": lambda x, y: _by_nonzero(jnp.floor_divide, x, y),
+    "remainder": lambda x, y: _by_nonzero(jnp.remainder, x, y),
+    "matmul": low_precision.xla_matmul,  # float32 at HIGHEST precision, the low dtypes accumulated in it
     # Negative indices count from the end, the rest is clamped (ops/indexing.py): "clip" in both,
     # so the gradient (index_add) lands where take read.
     # jnp.asarray: a graph constant reaches the lowering as a NumPy array, which has no `.at`.
@@ -106,6 +129,7 @@ IMPLS: dict[str, Callable] = {
     "checkpoint_name": lambda x, *, name: x,
     "checkpoint": _block,
     "custom_vjp": _block,  # runs fwd: the outputs, then the residuals
+    "custom_jvp": _block,  # runs the function (the rule is for derivatives)
     "random_uniform": _random_uniform,
     "random_normal": lambda key, *, shape, dtype: threefry.normal(jnp, _u32(key), shape, dtype),
     "random_fold_in": _random_fold_in,
@@ -218,7 +242,9 @@ def plan(graph: Graph, staged: bool) -> list[Stage]:
 def _cuts(graph: Graph) -> list[int]:
     cuts, size = [], 0
     for i, node in enumerate(graph.nodes):
-        if i and (node.op == "barrier" or node.op == "checkpoint" and size >= STAGE_NODES):
+        # A checkpoint made with prevent_cse=False has no barrier before its backward block.
+        unbarred = node.op == "checkpoint" and node.params.get("differentiated") and "prevent_cse" in node.params
+        if i and (node.op == "barrier" or unbarred or node.op == "checkpoint" and size >= STAGE_NODES):
             cuts.append(i)
             size = 0
         size += 1 + sum(1 for sub in node.subgraphs() for _ in sub.walk())
@@ -392,6 +418,7 @@ class StageMemory:
     shapes and XLA's own buffer report, not counted on every call."""
 
     def __init__(self, stages: list[Stage], temps: list[int], external: set[Var]):
+        self.temp = list(temps)  # XLA's temporary buffers per stage, as its memory analysis reports
         self.live: list[int] = []
         self.high: list[int] = []
         held = 0

@@ -1,5 +1,6 @@
 """`remat bench`: remat (NumPy and XLA) beside `jax.checkpoint` and `torch.utils.checkpoint`, on
-a residual MLP and a GPT-style transformer, for each checkpoint plan, in one run.
+a residual MLP and a GPT-style transformer, the same two as loops over stacked weights and a tanh
+RNN (`jax.lax.scan`; a Python loop in PyTorch), for each checkpoint plan, in one run.
 
 Every framework runs the same step (the loss and the gradients of the parameters, returned as
 outputs) and every figure counts the same things. Memory: the peak during one step above the

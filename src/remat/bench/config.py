@@ -1,22 +1,30 @@
-"""What `remat bench` runs: two models, four checkpoint plans, two sizes, and the inputs, made
-once with NumPy so that every framework computes the same step on the same numbers."""
+"""What `remat bench` runs: the models, their checkpoint plans, two sizes, and the inputs, made
+once with NumPy so that every framework computes the same step on the same numbers.
+
+Two models are unrolled stacks of layers, checkpointed per layer or in segments (`PLANS`); three
+are loops (`LOOP_PLANS`): the same two as one scan over stacked weights, and a tanh RNN over T
+time steps, checkpointed per step, in ⌈√T⌉-step segments, or with the binomial schedule."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import numpy as np
 
 PLANS = ("none", "layer", "sqrt", "dots")  # see remat.models
 PLAN_NAMES = {"none": "none", "layer": "per layer", "sqrt": "√L", "dots": "dots_saveable"}
-MODELS = ("mlp", "gpt")
+LOOP_PLANS = ("none", "step", "sqrt", "binomial")  # rm.scan's checkpoint=: None, "step", segments(), binomial()
+LOOP_PLAN_NAMES = {"none": "none", "step": "per step", "sqrt": "√T segments", "binomial": "binomial"}
+MODELS = ("mlp", "gpt", "scanned-mlp", "scanned-gpt", "rnn")
 
 
 @dataclass(frozen=True)
 class MLP:
     """L layers of `h + tanh(h @ w + b)`, loss `mean(h * h)`."""
 
+    scanned: ClassVar[bool] = False
     depth: int
     width: int
     batch: int
@@ -32,6 +40,7 @@ class GPT:
     """A pre-norm transformer: token and position embeddings, `layers` blocks of causal
     multi-head attention and a GELU MLP (4x wide), a final layer norm, next-token loss."""
 
+    scanned: ClassVar[bool] = False
     layers: int
     d_model: int
     heads: int
@@ -48,16 +57,74 @@ class GPT:
         return self.layers
 
 
+@dataclass(frozen=True)
+class ScannedMLP(MLP):
+    """`MLP` as one scan over its layers' stacked weights."""
+
+    scanned: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        return "scanned " + super().describe()
+
+
+@dataclass(frozen=True)
+class ScannedGPT(GPT):
+    """`GPT` as one scan over its blocks' stacked weights."""
+
+    scanned: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        return "scanned " + super().describe()
+
+
+@dataclass(frozen=True)
+class RNN:
+    """`h' = tanh(h @ wh + x @ wx + b)` over `steps` time steps; loss: the mean of every step's
+    `mean(h * h)`; the gradient is the weights'."""
+
+    scanned: ClassVar[bool] = True
+    steps: int
+    width: int
+    inputs: int
+    batch: int
+
+    def describe(self) -> str:
+        carry = self.batch * self.width * 4 / 2**10
+        return (f"tanh RNN: {self.steps} steps, width {self.width}, {self.inputs} inputs, batch {self.batch} "
+                f"(one carry: {carry:g} KiB)")
+
+    @property
+    def depth(self) -> int:
+        return self.steps
+
+
 SIZES = {
     ("mlp", False): MLP(depth=32, width=256, batch=1024),
     ("mlp", True): MLP(depth=8, width=64, batch=256),
     ("gpt", False): GPT(layers=8, d_model=128, heads=4, seq=128, batch=16, vocab=256),
     ("gpt", True): GPT(layers=2, d_model=32, heads=2, seq=32, batch=4, vocab=64),
+    ("scanned-mlp", False): ScannedMLP(depth=32, width=256, batch=1024),
+    ("scanned-mlp", True): ScannedMLP(depth=8, width=64, batch=256),
+    ("scanned-gpt", False): ScannedGPT(layers=8, d_model=128, heads=4, seq=128, batch=16, vocab=256),
+    ("scanned-gpt", True): ScannedGPT(layers=2, d_model=32, heads=2, seq=32, batch=4, vocab=64),
+    # A carry of 128 KiB: every buffer above MALLOC_MMAP_THRESHOLD_ (64 KiB), so that resident
+    # memory follows live memory in every framework (smaller ones stay in malloc's heap once freed).
+    ("rnn", False): RNN(steps=1000, width=256, inputs=32, batch=128),
+    ("rnn", True): RNN(steps=16, width=32, inputs=8, batch=4),
 }
+KINDS = {cls.__name__: cls for cls in (MLP, GPT, ScannedMLP, ScannedGPT, RNN)}
 
 
 def size_of(model: str, quick: bool):
     return SIZES[model, quick]
+
+
+def plans_of(model: str) -> tuple[str, ...]:
+    return LOOP_PLANS if size_of(model, True).scanned else PLANS
+
+
+def plan_name(model: str, plan: str) -> str:
+    return (LOOP_PLAN_NAMES if size_of(model, True).scanned else PLAN_NAMES)[plan]
 
 
 def size_to_dict(size) -> dict:
@@ -66,13 +133,29 @@ def size_to_dict(size) -> dict:
 
 def size_from_dict(d: dict):
     d = dict(d)
-    return {"MLP": MLP, "GPT": GPT}[d.pop("kind")](**d)
+    return KINDS[d.pop("kind")](**d)
 
 
 def inputs(size, seed: int = 0):
-    """`(params, data)` as NumPy float32 (and int32) arrays."""
+    """`(params, data)` as NumPy float32 (and int32) arrays; a scanned model's layers' weights
+    stacked along a new leading axis."""
     rng = np.random.default_rng(seed)
     normal = lambda scale, *shape: rng.normal(0, scale, shape).astype(np.float32)  # noqa: E731
+    if isinstance(size, RNN):
+        w, i = size.width, size.inputs  # scaled as remat.models.rnn_params: the state neither dies nor saturates
+        params = {"wh": normal(0.9 / math.sqrt(w), w, w), "wx": normal(1 / math.sqrt(i), i, w),
+                  "b": np.zeros(w, np.float32)}
+        return params, (np.zeros((size.batch, w), np.float32), normal(1.0, size.steps, size.batch, i))
+    params, data = _layers_inputs(size, rng, normal)
+    if isinstance(size, ScannedMLP):
+        return (np.stack([w for w, _ in params]), np.stack([b for _, b in params])), data
+    if isinstance(size, ScannedGPT):
+        blocks = params["blocks"]
+        return {**params, "blocks": {k: np.stack([b[k] for b in blocks]) for k in blocks[0]}}, data
+    return params, data
+
+
+def _layers_inputs(size, rng, normal):
     if isinstance(size, MLP):
         d = size.width
         params = [(normal(1 / math.sqrt(d), d, d), np.zeros(d, np.float32)) for _ in range(size.depth)]
@@ -93,4 +176,5 @@ def inputs(size, seed: int = 0):
 
 
 class NotSupported(Exception):
-    """A framework has no equivalent of a plan (torch has no dots_saveable)."""
+    """A framework has no equivalent of a plan (torch has no dots_saveable; neither JAX nor torch
+    has a binomial schedule)."""

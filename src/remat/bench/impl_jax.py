@@ -1,4 +1,6 @@
-"""The benchmark models written directly in JAX, checkpointed with `jax.checkpoint`."""
+"""The benchmark models written directly in JAX, checkpointed with `jax.checkpoint`; the loop
+models as `jax.lax.scan` over stacked weights or time steps, with `jax.checkpoint` around the step
+("step") or around scans of ⌈√T⌉ steps ("sqrt"). JAX has no binomial schedule."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from remat.bench.config import MLP
+from remat.bench.config import GPT, MLP, RNN, NotSupported
 from remat.models import causal_mask, segment_length, segments
 
 
@@ -62,17 +64,90 @@ def gpt_loss(params: dict, data, plan: str, heads: int):
     mask = jnp.asarray(causal_mask(tokens.shape[1]))
     h = params["tok"][tokens] + params["pos"]
     h = _checkpointed(lambda p, h: gpt_block(p, h, heads, mask), params["blocks"], h, plan)
+    return _next_token_loss(params, h, targets)
+
+
+def _next_token_loss(params: dict, h, targets):
     logits = _layer_norm(h, params["lnf_g"], params["lnf_b"]) @ params["head"]
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
 
 
+# ---------------------------------------------------------------- the loop models
+
+
+def scan(step, carry, xs, plan: str):
+    """`jax.lax.scan(step, carry, xs)`, checkpointed as `plan` says ("none", "step", "sqrt")."""
+    if plan == "binomial":
+        raise NotSupported("JAX has no binomial (Revolve) schedule for lax.scan")
+    if plan == "step":
+        return jax.lax.scan(jax.checkpoint(step), carry, xs)
+    if plan == "sqrt":
+        return _segmented(step, carry, xs)
+    return jax.lax.scan(step, carry, xs)
+
+
+def _segmented(step, carry, xs):
+    """A scan over segments of ⌈√T⌉ steps, each a checkpointed scan, then the steps left over."""
+    length = jax.tree_util.tree_leaves(xs)[0].shape[0]
+    size = max(1, math.ceil(math.sqrt(length)))
+    q, r = divmod(length, size)
+    run = jax.checkpoint(lambda c, xs: jax.lax.scan(step, c, xs))
+    tree = jax.tree_util.tree_map
+    carry, ys = jax.lax.scan(run, carry, tree(lambda x: x[: q * size].reshape(q, size, *x.shape[1:]), xs))
+    ys = tree(lambda y: y.reshape(q * size, *y.shape[2:]), ys)
+    if r:
+        carry, rest = run(carry, tree(lambda x: x[q * size :], xs))
+        ys = tree(lambda a, b: jnp.concatenate([a, b]), ys, rest)
+    return carry, ys
+
+
+def scanned_mlp_loss(stacked, x, plan: str):
+    def layer(h, wb):
+        return h + jnp.tanh(h @ wb[0] + wb[1]), None
+
+    h, _ = scan(layer, x, stacked, plan)
+    return jnp.mean(h * h)
+
+
+def scanned_gpt_loss(stacked: dict, data, plan: str, heads: int):
+    tokens, targets = data
+    mask = jnp.asarray(causal_mask(tokens.shape[1]))
+
+    def block(h, p):
+        return gpt_block(p, h, heads, mask), None
+
+    h, _ = scan(block, stacked["tok"][tokens] + stacked["pos"], stacked["blocks"], plan)
+    return _next_token_loss(stacked, h, targets)
+
+
+def rnn_loss(params: dict, data, plan: str):
+    h0, xs = data
+
+    def cell(h, x):
+        h = jnp.tanh(h @ params["wh"] + x @ params["wx"] + params["b"])
+        return h, jnp.mean(h * h)
+
+    _, per_step = scan(cell, h0, xs, plan)
+    return jnp.mean(per_step)
+
+
+def loss_fn(size, plan: str):
+    """The loss of `size`'s model as a function of (params, data)."""
+    if size.scanned:
+        if isinstance(size, RNN):
+            return lambda p, d: rnn_loss(p, d, plan)
+        if isinstance(size, GPT):
+            return lambda p, d: scanned_gpt_loss(p, d, plan, size.heads)
+        return lambda p, x: scanned_mlp_loss(p, x, plan)
+    if isinstance(size, MLP):
+        return lambda p, x: mlp_loss(p, x, plan)
+    return lambda p, x: gpt_loss(p, x, plan, size.heads)
+
+
 def build(size, plan: str, params, data):
     """`(step, finish)` as in `impl_remat.build`, compiled ahead of time with `jax.jit`."""
-    if isinstance(size, MLP):
-        fn = lambda p, x: mlp_loss(p, x, plan)  # noqa: E731
-    else:
-        fn = lambda p, x: gpt_loss(p, x, plan, size.heads)  # noqa: E731
+    fn = loss_fn(size, plan)
     params, data = jax.device_put((params, data))
     compiled = jax.jit(jax.value_and_grad(fn)).lower(params, data).compile()
 

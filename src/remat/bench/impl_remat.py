@@ -5,18 +5,32 @@ from __future__ import annotations
 import numpy as np
 
 import remat as rm
-from remat.bench.config import MLP
-from remat.models import gpt_loss, residual_mlp_loss
+from remat.bench.config import GPT, MLP, RNN
+from remat.models import gpt_loss, residual_mlp_loss, rnn_loss, scanned_gpt_loss, scanned_mlp_loss
+
+# A loop model's plan as `rm.scan`'s checkpoint= (made when asked: the schedules are values).
+SCHEDULES = {"none": lambda: None, "step": lambda: "step", "sqrt": rm.loops.segments, "binomial": rm.loops.binomial}
+
+
+def loss_fn(size, plan: str):
+    """The loss of `size`'s model as a function of (params, data), checkpointed as `plan` says."""
+    if size.scanned:
+        ck = SCHEDULES[plan]()
+        if isinstance(size, RNN):
+            return lambda p, d: rnn_loss(p, d[0], d[1], ck)
+        if isinstance(size, GPT):
+            return lambda p, d: scanned_gpt_loss(p, d, ck, size.heads)
+        return lambda p, x: scanned_mlp_loss(p, x, ck)
+    if isinstance(size, MLP):
+        return lambda p, x: residual_mlp_loss(p, x, plan)
+    return lambda p, x: gpt_loss(p, x, plan, size.heads)
 
 
 def build(size, plan: str, params, data, backend: str, staged: bool | None = None):
     """`(step, finish)`: `step()` runs one training step (loss and gradients with respect to the
     parameters) compiled ahead of time; `finish(out)` waits for it and gives the loss. `staged`
     is `rm.jit`'s XLA execution mode."""
-    if isinstance(size, MLP):
-        fn = lambda p, x: residual_mlp_loss(p, x, plan)  # noqa: E731
-    else:
-        fn = lambda p, x: gpt_loss(p, x, plan, size.heads)  # noqa: E731
+    fn = loss_fn(size, plan)
     to = (lambda a: a) if backend == "numpy" else _device
     params, data = rm.tree.map(to, params), rm.tree.map(to, data)
     compiled = rm.jit(rm.value_and_grad(fn), backend=backend, staged=staged).lower(params, data).compile()

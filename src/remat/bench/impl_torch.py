@@ -1,5 +1,7 @@
 """The benchmark models in PyTorch, checkpointed with `torch.utils.checkpoint` (eager mode, CPU).
-PyTorch has no `dots_saveable`: that plan is not run."""
+The loop models are Python loops over the stacked weights or the time steps, checkpointed per
+step or per run of ⌈√T⌉ steps. PyTorch has no `dots_saveable` and no binomial schedule: those
+plans are not run."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from remat.bench.config import MLP, NotSupported
+from remat.bench.config import GPT, MLP, RNN, NotSupported
 from remat.models import causal_mask, segment_length, segments
 
 
@@ -58,9 +60,77 @@ def gpt_loss(params: dict, data, plan: str, heads: int):
     mask = torch.from_numpy(causal_mask(tokens.shape[1]))
     h = params["tok"][tokens] + params["pos"]
     h = _checkpointed(lambda p, h: gpt_block(p, h, heads, mask), params["blocks"], h, plan)
+    return _next_token_loss(params, h, targets)
+
+
+def loop(step, carry, xs: list, plan: str):
+    """`step(carry, x) -> (carry, y or None)` over `xs` in a Python loop, checkpointed as `plan`
+    says ("none", "step", "sqrt"); returns the last carry and the list of ys."""
+    if plan == "binomial":
+        raise NotSupported("torch.utils.checkpoint has no binomial schedule")
+    size = {"none": 0, "step": 1, "sqrt": max(1, math.ceil(math.sqrt(len(xs))))}[plan]
+
+    def run(c, *chunk):
+        ys = []
+        for x in chunk:
+            c, y = step(c, x)
+            ys += [] if y is None else [y]
+        return (c, *ys)
+
+    if not size:
+        carry, *ys = run(carry, *xs)
+        return carry, ys
+    ys = []
+    for group in segments(len(xs), size):
+        carry, *out = checkpoint(run, carry, *[xs[i] for i in group], use_reentrant=False)
+        ys += out
+    return carry, ys
+
+
+def scanned_mlp_loss(stacked, x, plan: str):
+    W, B = stacked
+    h, _ = loop(lambda h, wb: (h + torch.tanh(h @ wb[0] + wb[1]), None), x, list(zip(W, B)), plan)
+    return torch.mean(h * h)
+
+
+def scanned_gpt_loss(stacked: dict, data, plan: str, heads: int):
+    tokens, targets = data
+    mask = torch.from_numpy(causal_mask(tokens.shape[1]))
+    blocks = stacked["blocks"]
+    per_block = [{k: v[i] for k, v in blocks.items()} for i in range(len(blocks["qkv"]))]
+    h = stacked["tok"][tokens] + stacked["pos"]
+    h, _ = loop(lambda h, p: (gpt_block(p, h, heads, mask), None), h, per_block, plan)
+    return _next_token_loss(stacked, h, targets)
+
+
+def rnn_loss(params: dict, data, plan: str):
+    h0, xs = data
+
+    def cell(h, x):
+        h = torch.tanh(h @ params["wh"] + x @ params["wx"] + params["b"])
+        return h, torch.mean(h * h)
+
+    _, per_step = loop(cell, h0, list(xs), plan)
+    return torch.mean(torch.stack(per_step))
+
+
+def _next_token_loss(params: dict, h, targets):
     d = h.shape[-1]
     logits = F.layer_norm(h, (d,), params["lnf_g"], params["lnf_b"], eps=1e-5) @ params["head"]
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long())
+
+
+def loss_fn(size, plan: str, params, data):
+    """The loss of `size`'s model on `params` and `data` (tensors), as a function of nothing."""
+    if size.scanned:
+        if isinstance(size, RNN):
+            return lambda: rnn_loss(params, data, plan)
+        if isinstance(size, GPT):
+            return lambda: scanned_gpt_loss(params, data, plan, size.heads)
+        return lambda: scanned_mlp_loss(params, data, plan)
+    if isinstance(size, MLP):
+        return lambda: mlp_loss(params, data, plan)
+    return lambda: gpt_loss(params, data, plan, size.heads)
 
 
 def _tensors(tree, grad: bool):
@@ -84,14 +154,11 @@ def build(size, plan: str, params, data):
     """`(step, finish)` as in `impl_remat.build`: the loss and the gradients of the parameters,
     returned as the step's outputs like `value_and_grad`'s, so that no `.grad` buffer outlives
     the step (a baseline taken after a first step would hide them otherwise)."""
-    if plan == "dots":
-        raise NotSupported("torch.utils.checkpoint has no dots_saveable policy")
+    if plan in ("dots", "binomial"):
+        raise NotSupported(f"torch.utils.checkpoint has no {plan} schedule")
     params, data = _tensors(params, True), _tensors(data, False)
     leaves = _leaves(params)
-    if isinstance(size, MLP):
-        fn = lambda: mlp_loss(params, data, plan)  # noqa: E731
-    else:
-        fn = lambda: gpt_loss(params, data, plan, size.heads)  # noqa: E731
+    fn = loss_fn(size, plan, params, data)
 
     def step():
         loss = fn()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remat.bench.config import PLANS, size_of, size_to_dict
+from remat.bench.config import plans_of, size_of, size_to_dict
 
 TIME_GROUPS = (("remat-numpy",), ("remat-xla", "jax"), ("torch",))
 ROUNDS = {False: 7, True: 3}  # timed rounds: full, --quick
@@ -29,13 +29,13 @@ class Phase:
 
 def phases(model: str, quick: bool, frameworks: list[str]) -> list[Phase]:
     """The memory phase, then one time phase per group of `TIME_GROUPS` that has a framework."""
-    size = size_to_dict(size_of(model, quick))
-    memory = tuple({"job": "memory", "framework": f, "plan": p, "size": size} for f in frameworks for p in PLANS)
+    size, plans = size_to_dict(size_of(model, quick)), plans_of(model)
+    memory = tuple({"job": "memory", "framework": f, "plan": p, "size": size} for f in frameworks for p in plans)
     out = [Phase("memory", memory, MEMORY_PROCESSES)]
     for group in TIME_GROUPS:
         present = [f for f in group if f in frameworks]
         if present:
-            entries = [(f, p) for f in present for p in PLANS]
+            entries = [(f, p) for f in present for p in plans]
             job = {"job": "time", "size": size, "rounds": ROUNDS[quick], "entries": entries}
             out.append(Phase("time " + " + ".join(present), (job,), 1))
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from remat.bench.config import PLAN_NAMES, PLANS, size_of
+from remat.bench.config import plan_name, plans_of, size_of
 
 LABELS = {
     "remat-numpy": "remat · NumPy", "remat-xla": "remat · XLA",
@@ -29,14 +29,15 @@ def ratio(row: dict | None, base: dict | None) -> str:
 
 
 def table(model: str, quick: bool, rows: dict, frameworks: list[str]) -> str:
-    cols = [f for f in frameworks if any((f, p) in rows for p in PLANS)]
+    plans = plans_of(model)
+    cols = [f for f in frameworks if any((f, p) in rows for p in plans)]
     head = ["plan"] + [h for f in cols for h in (f"{LABELS[f]} peak MiB", "time")]
     both = "remat-xla" in cols and "jax" in cols
     if both:
         head.append("remat · XLA ÷ JAX time")
     lines = [f"**{size_of(model, quick).describe()}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for plan in PLANS:
-        cells = [PLAN_NAMES[plan]]
+    for plan in plans:
+        cells = [plan_name(model, plan)]
         for f in cols:
             row, base = rows.get((f, plan)), rows.get((f, "none"))
             cells += [_peak(row, base), ratio(row, base)]

@@ -57,7 +57,7 @@ def memory_job(job: dict) -> dict:
     framework = job["framework"]
     step, finish = build(framework, size_from_dict(job["size"]), job["plan"])
     if framework in FIRST_RUN:
-        _set_up_xla()
+        set_up_xla()
     else:
         finish(step())
     gc.collect()
@@ -69,7 +69,7 @@ def memory_job(job: dict) -> dict:
     return out
 
 
-def _set_up_xla() -> None:
+def set_up_xla() -> None:
     """Run a small step unrelated to the benchmark, with matrix products big enough for XLA to
     spread them over its thread pool, so that the runtime's one-time set-up happens now."""
     import jax

@@ -23,7 +23,7 @@ from remat.argcheck import check_callable, describe, leaf_paths
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name
 from remat.graph import Graph
 from remat.loops.body import shared_captures, tensor_leaves, type_of, widen
-from remat.ops.core import Aval, declare
+from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.elementwise import astype, clip, equal, where
 from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like, trace_function
 from remat.vectorize import _merge, align_to
@@ -63,15 +63,40 @@ def _cond_vjp(gs, index, *operands, out, **branches):
         return bwd
 
     graphs = _ordered(branches)
-    cts = switch_flat(index, [bwd_of(g) for g in graphs], [*operands, *(g for g in gs if g is not None)],
-                      [f"cond gradient (branch{k})" for k in range(len(graphs))])
+    given = [*operands, *(g for g in gs if g is not None)]
+    if any(t._vaxes for t in given):  # vmap over the cotangents: the front end keeps their axes
+        cts = switch(index, [bwd_of(g) for g in graphs], *given)
+    else:
+        cts = switch_flat(index, [bwd_of(g) for g in graphs], given,
+                          [f"cond gradient (branch{k})" for k in range(len(graphs))])
     result: list[Tensor | None] = [None] * (1 + n)
     for i, ct in zip(diff, cts):
         result[1 + i] = ct
     return tuple(result)
 
 
-cond_op = declare("cond", _cond_rule, _cond_vjp, multiple_results=True)
+def _cond_jvp(ts, index, *operands, **branches):
+    # One block again: the JVP of the branch that runs, chosen by the same index.
+    from remat.forward import instantiate, jvp_graph
+
+    graphs = _ordered(branches)
+    has = [i for i, t in enumerate(ts[1:]) if t is not None]
+
+    def jvp_of(graph: Graph) -> Callable:
+        def fn(prim, tans):
+            full = [None] * len(prim)
+            for i, t in zip(has, tans):
+                full[i] = t
+            outs, touts = jvp_graph(graph, prim, full)
+            return outs, instantiate(touts, graph.outputs)
+
+        return fn
+
+    outs, touts = switch(index, [jvp_of(g) for g in graphs], list(operands), [ts[1 + i] for i in has])
+    return outs, instantiate(touts, graphs[0].outputs, none=True)
+
+
+cond_op = declare("cond", _cond_rule, _cond_vjp, multiple_results=True, jvp=BlockJVP(_cond_jvp))
 
 
 def switch_flat(index: Tensor, fns: list[Callable], operands: list[Tensor], names: list[str]) -> list[Tensor]:

@@ -37,10 +37,11 @@ def _distinct(graph: Graph) -> dict[Var, int]:
 
 
 def scan(*args, body: Graph, length: int, reverse: bool, num_carry: int, num_xs: int, unroll: int = 1,
-         checkpoint=None, memory=None):
+         checkpoint=None, snapshots: tuple[int, ...] | None = None, skip_last: bool = False, memory=None):
     from remat.backends.numpy import last_uses, run
 
     memory = _memory(memory, args)
+    sweep = None if snapshots is None else _Sweep(snapshots, length, memory)
     frees = last_uses(body)  # once, not once per step
     nc, nx = num_carry, num_xs
     carry, xs, consts = list(args[:nc]), args[nc : nc + nx], list(args[nc + nx :])
@@ -51,6 +52,10 @@ def scan(*args, body: Graph, length: int, reverse: bool, num_carry: int, num_xs:
     carried = set(body.outputs[:nc])
     held: list[np.ndarray] = []  # the previous step's carries, which `run` handed over to us
     for i in range(length):
+        if sweep is not None:
+            sweep.see(i, carry)
+            if skip_last and i == length - 1:
+                break
         t = length - 1 - i if reverse else i
         outs = run(body, [*carry, *(x[t] for x in xs), *consts], memory, frees)
         _release(memory, held)
@@ -59,8 +64,40 @@ def scan(*args, body: Graph, length: int, reverse: bool, num_carry: int, num_xs:
         held = [outs[k] for v, k in outputs.items() if v in carried]
         _release(memory, [outs[k] for v, k in outputs.items() if v not in carried])
         carry = outs[:nc]
+    kept = [] if sweep is None else sweep.results()
     _release(memory, [*held, *ys])  # the caller holds the results from here on
-    return (*carry, *ys)
+    return (*carry, *ys, *kept)
+
+
+class _Sweep:
+    """What a binomial gradient's forward sweep keeps besides its results: a buffer per carry
+    leaf with the carries at the snapshot positions of Revolve's first descent (copied in: the
+    backward node overwrites its slots), and the carry before the last step (held, not copied)."""
+
+    def __init__(self, positions: tuple[int, ...], length: int, memory):
+        self.slot = {p: k for k, p in enumerate(positions)}
+        self.n, self.length, self.memory = len(positions), length, memory
+        self.buffers: list[np.ndarray] = []
+        self.last: list[np.ndarray] = []
+
+    def see(self, i: int, carry: list[np.ndarray]) -> None:
+        """The carry before step `i` (in the loop's order)."""
+        if not self.buffers:  # allocated at the first step: the carries' types are known then
+            self.buffers = [np.empty((self.n, *np.shape(c)), np.asarray(c).dtype) for c in carry]
+            for b in self.buffers:
+                self.memory.hold(b)
+        if i in self.slot:
+            for b, c in zip(self.buffers, carry):
+                b[self.slot[i]] = c
+        if i == self.length - 1:
+            for c in carry:
+                self.memory.hold(c)
+            self.last = list(carry)
+
+    def results(self) -> list[np.ndarray]:
+        out = self.buffers + self.last
+        _release(self.memory, out)  # the caller holds them from here on
+        return out
 
 
 class _Binomial:
@@ -68,22 +105,29 @@ class _Binomial:
     (the current carry, each snapshot, the cotangents), so the count stays exact."""
 
     def __init__(self, args, advance: Graph, step: Graph, length: int, reverse: bool, nc: int, nx: int,
-                 n_inv: int, num_float: int, num_x_cts: int, memory):
+                 n_inv: int, num_float: int, num_x_cts: int, memory, positions: tuple[int, ...] | None = None):
         from remat.backends.numpy import last_uses
 
         self.advance, self.step, self.memory, self.length, self.reverse = advance, step, memory, length, reverse
         self.frees = (last_uses(advance), last_uses(step))
-        groups = _cut(args, [nc, nx, len(advance.inputs) - nc - nx, n_inv, num_float])
-        self.current, self.xs, self.consts, self.inv, ct, self.ct_ys = groups
+        n_state = nc if positions is None else 2 * nc
+        groups = _cut(args, [n_state, nx, len(advance.inputs) - nc - nx, n_inv, num_float])
+        state, self.xs, self.consts, self.inv, ct, self.ct_ys = groups
         self.ct = self._own(ct)
-        self._own(self.current)
         self.slots: dict[int, list[np.ndarray]] = {}
         self.slot_pos: dict[int, int] = {}
+        self.current, self.pos = self._own(state[n_state - nc :]), 0
+        # Resumed after the forward sweep's first descent (scan_binomial.py), at the last step,
+        # its slots views of the sweep's buffers, which a takeshot overwrites: made for this node
+        # alone, they stay alive while it runs anyway.
+        self.buffers = self._own(state[:nc]) if positions is not None else None
+        for k, p in enumerate(positions or ()):
+            self.slots[k], self.slot_pos[k] = self._own([b[k] for b in self.buffers]), p
+            self.pos = length - 1
         self.nf, self.nxc = num_float, num_x_cts
         self.ct_xs = [np.zeros((length, *v.shape), v.dtype) for v in step.outputs[num_float : num_float + num_x_cts]]
         self.sums = [np.zeros(v.shape, v.dtype) for v in step.outputs[num_float + num_x_cts :]]
         self._own(self.ct_xs + self.sums)
-        self.pos = 0
 
     def _own(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         for a in arrays:
@@ -110,7 +154,12 @@ class _Binomial:
 
     def takeshot(self, slot: int) -> None:
         _release(self.memory, self.slots.pop(slot, ()))
-        self.slots[slot] = self._own(list(self.current))
+        if self.buffers is None:
+            self.slots[slot] = self._own(list(self.current))
+        else:
+            for b, c in zip(self.buffers, self.current):
+                b[slot] = c
+            self.slots[slot] = self._own([b[slot] for b in self.buffers])
         self.slot_pos[slot] = self.pos
 
     def restore(self, slot: int, keep: bool = True) -> None:
@@ -141,6 +190,7 @@ class _Binomial:
         _release(self.memory, self.current)
         for kept in self.slots.values():
             _release(self.memory, kept)
+        _release(self.memory, self.buffers or ())
         out = (*self.ct, *self.ct_xs, *self.sums)
         _release(self.memory, out)  # the caller holds them from here on
         return out
@@ -155,13 +205,15 @@ def _cut(args, sizes: list[int]) -> list[list]:
 
 
 def scan_binomial(*args, advance: Graph, step: Graph, length: int, reverse: bool, snapshots: int, num_carry: int,
-                  num_xs: int, num_invariant: int, num_float: int, num_x_cts: int, memory=None):
-    from remat.loops.revolve import actions
+                  num_xs: int, num_invariant: int, num_float: int, num_x_cts: int, resumed: bool = False,
+                  memory=None):
+    from remat.loops.revolve import actions, first_descent
 
     memory = _memory(memory, args)
+    positions, row = first_descent(length, snapshots) if resumed else (None, 0)
     loop = _Binomial(args, advance, step, length, reverse, num_carry, num_xs, num_invariant, num_float, num_x_cts,
-                     memory)
-    return loop.run(actions(length, snapshots))
+                     memory, positions)
+    return loop.run(actions(length, snapshots)[row:])
 
 
 def while_loop(*args, cond: Graph, body: Graph, num_carry: int, memory=None):

@@ -80,3 +80,22 @@ def actions(steps: int, snapshots: int) -> np.ndarray:
     table = np.asarray(out, np.int32).reshape(-1, 2)
     table.flags.writeable = False
     return table
+
+
+@lru_cache(maxsize=64)
+def first_descent(steps: int, snapshots: int) -> tuple[tuple[int, ...], int]:
+    """`(positions, row)`: where the schedule's first descent takes its snapshots (slot i at
+    step positions[i]) and the row of its first youturn, which reverses the last step. Until
+    then the schedule only advances, from step 0 to step steps - 1: a forward sweep can take the
+    snapshots itself, and the reversal start at that row (`steps` >= 1). The first descent
+    fills every slot the schedule uses, min(snapshots, steps - 1): later ones only reuse them."""
+    shots: list[int] = []
+    pos = 0
+    for row, (kind, _slot) in enumerate(actions(steps, snapshots).tolist()):
+        if kind == TAKESHOT:  # the first descent fills slots 0, 1, ... in order
+            shots.append(pos)
+        elif kind == ADVANCE:
+            pos += 1
+        elif kind == YOUTURN:
+            return tuple(shots), row
+    raise ValueError(f"a schedule of {steps} steps has no youturn")

@@ -27,13 +27,15 @@ from remat.graph import Graph
 from remat.loops import schedules
 from remat.loops.body import Carry, check_like, template, tensor_leaves
 from remat.loops.checkpointed import segmented, step_checkpointed
-from remat.ops.core import Aval, declare
+from remat.loops.prune import prune_scan
+from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.shape import permute_dims
 from remat.trace import Tensor, bind, current_trace
 
 
 def _scan_rule(*avals, body: Graph, length: int, reverse: bool, num_carry: int, num_xs: int, unroll: int = 1,
-               checkpoint=None):
+               checkpoint=None, snapshots: tuple[int, ...] | None = None, skip_last: bool = False):
+    # `snapshots`, `skip_last`: a binomial gradient's forward sweep (scan_binomial.py)
     nc, nx = num_carry, num_xs
     ins = [Aval(v.shape, v.dtype) for v in body.inputs]
     stacked = [Aval((length, *a.shape), a.dtype) for a in ins[nc : nc + nx]]
@@ -43,7 +45,9 @@ def _scan_rule(*avals, body: Graph, length: int, reverse: bool, num_carry: int, 
     outs = [Aval(v.shape, v.dtype) for v in body.outputs]
     if outs[:nc] != ins[:nc]:
         raise ShapeError(f"the body turns carries {ins[:nc]} into {outs[:nc]}")
-    return ins[:nc] + [Aval((length, *a.shape), a.dtype) for a in outs[nc:]]
+    # a buffer of the snapshots per carry, then the carries before the last step
+    kept = [] if snapshots is None else [Aval((len(snapshots), *a.shape), a.dtype) for a in ins[:nc]] + ins[:nc]
+    return ins[:nc] + [Aval((length, *a.shape), a.dtype) for a in outs[nc:]] + kept
 
 
 def _scan_vjp(gs, *inputs, out, **params):
@@ -54,7 +58,44 @@ def _scan_vjp(gs, *inputs, out, **params):
     return rule(gs, inputs, out, params)
 
 
-scan_op = declare("scan", _scan_rule, _scan_vjp, multiple_results=True)
+def _scan_jvp(ts, *inputs, body: Graph, length, reverse, num_carry, num_xs, unroll=1, checkpoint=None,
+              snapshots=None, skip_last=False):
+    # A scan over (primal, tangent) carries and xs whose step is the JVP of the body. Every
+    # float carry has a tangent carry: a zero one at the start may be nonzero after a step.
+    from remat.dtypes import is_float
+    from remat.forward import instantiate, jvp_graph
+    from remat.loops.scan_binomial import refuse_forward_mode
+
+    if snapshots is not None:  # the forward sweep of a binomial gradient
+        refuse_forward_mode(len(snapshots))
+
+    nc, nx = num_carry, num_xs
+    consts, t_consts = inputs[nc + nx :], ts[nc + nx :]
+    moving = any(t is not None for t in ts)  # else this is vmap re-emitting the block (vectorize.py)
+    fc = [i for i in range(nc) if moving and is_float(body.inputs[i].dtype)]
+    fy = [k for k, v in enumerate(body.outputs[nc:]) if moving and is_float(v.dtype)]
+    tx = [j for j in range(nx) if ts[nc + j] is not None]
+
+    def step(c, x):
+        tans = [None] * len(body.inputs)
+        for i, t in [*zip(fc, c[1]), *((nc + j, t) for j, t in zip(tx, x[1]))]:
+            tans[i] = t
+        tans[nc + nx :] = t_consts
+        outs, touts = jvp_graph(body, [*c[0], *x[0], *consts], tans)
+        touts = instantiate(touts, body.outputs)
+        return (outs[:nc], [touts[i] for i in fc]), (outs[nc:], [touts[nc + k] for k in fy])
+
+    init = (list(inputs[:nc]), instantiate([ts[i] for i in fc], [body.inputs[i] for i in fc]))
+    xs = (list(inputs[nc : nc + nx]), [ts[nc + j] for j in tx])
+    (c, tc), (ys, tys) = scan(step, init, xs, length=length, reverse=reverse, unroll=unroll, checkpoint=checkpoint)
+    touts: list = [None] * (nc + len(ys))
+    for i, t in [*zip(fc, tc), *((nc + k, t) for k, t in zip(fy, tys))]:
+        touts[i] = t
+    return [*c, *ys], touts
+
+
+scan_op = declare("scan", _scan_rule, _scan_vjp, multiple_results=True, jvp=BlockJVP(_scan_jvp))
+scan_op.prune = prune_scan
 
 
 def scan(fn: Callable, init, xs=None, length: int | None = None, reverse: bool = False, unroll: int = 1,

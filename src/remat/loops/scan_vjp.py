@@ -34,6 +34,7 @@ import numpy as np
 from remat import dtypes
 from remat.autodiff import backward_pass, replay
 from remat.graph import Graph, Node, Var
+from remat.loops.prune import live_nodes
 from remat.trace import Tensor, asarray, current_trace, new_trace
 
 
@@ -72,7 +73,7 @@ def split(body: Graph, nc: int, nx: int, y_cts: list[bool]) -> Split:
         x_cts = [j for j in range(nx) if cts[nc + j] is not None]
         const_cts = [k for k in range(len(body.inputs) - nc - nx) if cts[nc + nx + k] is not None]
         wanted = carry_cts + [t.lift(cts[nc + j]) for j in x_cts] + [t.lift(cts[nc + nx + k]) for k in const_cts]
-    fwd_nodes, bwd_nodes = t.nodes[:n_fwd], _needed(t.nodes[n_fwd:], wanted)
+    fwd_nodes, bwd_nodes = t.nodes[:n_fwd], live_nodes(t.nodes[n_fwd:], wanted)
     grad_inputs = [c._var for c in ct_c.values()] + [c._var for c in ct_y.values()]
     made = {v for n in bwd_nodes for v in n.outputs} | set(grad_inputs) | set(t.constants)
     read = [v for v in dict.fromkeys([*(v for n in bwd_nodes for v in n.inputs), *wanted]) if v not in made]
@@ -119,17 +120,6 @@ class _Cut:
         return Split(fwd, bwd, per_step, inv, hoist, list(self.t.captured), floats, x_cts, const_cts)
 
 
-def _needed(nodes: list[Node], outputs: list[Var]) -> list[Node]:
-    """The nodes that `outputs` depend on, in order."""
-    live = set(outputs)
-    kept = []
-    for node in reversed(nodes):
-        if any(v in live for v in node.outputs):
-            kept.append(node)
-            live.update(node.inputs)
-    return kept[::-1]
-
-
 def _invariant(nodes: list[Node], known: set[Var]) -> set[Var]:
     """The node outputs that depend only on `known` Vars: the same on every step."""
     inv = set(known)
@@ -140,7 +130,7 @@ def _invariant(nodes: list[Node], known: set[Var]) -> set[Var]:
 
 
 def _graph(inputs: list[Var], outputs: list[Var], nodes: list[Node], constants: dict) -> Graph:
-    kept = _needed(nodes, outputs)
+    kept = live_nodes(nodes, outputs)
     used = {v for n in kept for v in n.inputs} | set(outputs)
     return Graph(inputs, outputs, kept, {v: a for v, a in constants.items() if v in used})
 

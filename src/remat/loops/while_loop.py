@@ -21,7 +21,7 @@ from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_nam
 from remat.graph import Graph
 from remat.loops.body import Carry, check_like, tensor_leaves
 from remat.loops.scan import scan
-from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
+from remat.ops.core import NOT_DIFFERENTIABLE, Aval, BlockJVP, declare
 from remat.ops.elementwise import astype, where
 from remat.ops.reduce import sum as sum_
 from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like
@@ -70,7 +70,34 @@ def refuse(*_, source: str | None):
 _refused = declare("while_gradient", lambda *avals, source: list(avals), NOT_DIFFERENTIABLE, multiple_results=True)
 
 
-while_op = declare("while", _while_rule, _while_vjp, multiple_results=True)
+def _while_jvp(ts, *inputs, cond: Graph, body: Graph, num_carry: int):
+    # Forward mode needs no stored steps: a while loop over (carry, tangent carry), the body's
+    # JVP as its body (every float carry has a tangent: a zero one may become nonzero).
+    from remat.forward import instantiate, jvp_graph
+
+    nc, n_cond = num_carry, len(cond.inputs) - num_carry
+    cond_caps, body_caps = inputs[nc : nc + n_cond], inputs[nc + n_cond :]
+    moving = any(t is not None for t in ts)  # else this is vmap re-emitting the block (vectorize.py)
+    fc = [i for i in range(nc) if moving and dtypes.is_float(inputs[i].dtype)]
+
+    def body_fun(c):
+        tans = [None] * len(body.inputs)
+        for i, t in zip(fc, c[1]):
+            tans[i] = t
+        tans[nc:] = ts[nc + n_cond :]
+        outs, touts = jvp_graph(body, [*c[0], *body_caps], tans)
+        return list(outs), [instantiate(touts, body.outputs)[i] for i in fc]
+
+    init = (list(inputs[:nc]), instantiate([ts[i] for i in fc], [body.inputs[i] for i in fc]))
+    c, tc = while_loop(lambda c: jvp_graph(cond, [*c[0], *cond_caps], [None] * len(cond.inputs))[0][0], body_fun,
+                       init)
+    touts: list = [None] * nc
+    for i, t in zip(fc, tc):
+        touts[i] = t
+    return c, touts
+
+
+while_op = declare("while", _while_rule, _while_vjp, multiple_results=True, jvp=BlockJVP(_while_jvp))
 
 
 def while_loop(cond_fun: Callable, body_fun: Callable, init):

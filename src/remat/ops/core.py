@@ -31,15 +31,30 @@ class _NotDifferentiable:
 NOT_DIFFERENTIABLE: Any = _NotDifferentiable()
 
 
+class BlockJVP(NamedTuple):
+    """The JVP rule of a block (checkpoint, loops, custom rules), which computes its primal and
+    tangent outputs together: `rule(tangents, *inputs, **params) -> (outputs, tangent outputs)`,
+    so a checkpoint's tangent is one checkpointed block, not a second pass over the body."""
+
+    rule: Callable
+
+
 class Op:
     """A primitive. `rule(*avals, **params)` gives the output aval(s); `vjp(g, *inputs, out=...,
-    **params)` gives one cotangent per input (None for none), built from differentiable ops."""
+    **params)` gives one cotangent per input (None for none), built from differentiable ops;
+    `jvp(tangents, *inputs, out=..., **params)` gives the output tangent(s) from one tangent per
+    input (None for a zero one), or is a `BlockJVP`. A differentiable op must have both."""
 
-    def __init__(self, name: str, rule: Callable, vjp: Callable | Any, multiple_results: bool):
+    def __init__(self, name: str, rule: Callable, vjp: Callable | Any, multiple_results: bool,
+                 jvp: Callable | BlockJVP | None = None):
         self.name = name
         self.rule = rule
         self.vjp = vjp
+        self.jvp = jvp
         self.multiple_results = multiple_results
+        # A block with several outputs may drop the work of those nobody reads (`Trace.to_graph`):
+        # `prune(node, live Vars) -> node`; loops set it (remat/loops/prune.py).
+        self.prune: Callable | None = None
 
     @property
     def differentiable(self) -> bool:
@@ -57,10 +72,23 @@ class Op:
 OPS: dict[str, Op] = {}
 
 
-def declare(name: str, rule: Callable, vjp: Callable | Any, multiple_results: bool = False) -> Op:
+def linear_jvp(op_name: str) -> Callable:
+    """The JVP of an op linear in its one operand (reshape, sum, slice...): the op applied to
+    the tangent, d f(x) = f(dx)."""
+
+    def jvp(ts, x, out, **params):
+        from remat.trace import bind
+
+        return bind(OPS[op_name], ts[0], **params)
+
+    return jvp
+
+
+def declare(name: str, rule: Callable, vjp: Callable | Any, multiple_results: bool = False,
+            jvp: Callable | BlockJVP | None = None) -> Op:
     """Register a primitive. Every primitive of remat is declared through this one function."""
     if name in OPS:
         raise ValueError(f"op {name!r} is declared twice")
-    op = Op(name, rule, vjp, multiple_results)
+    op = Op(name, rule, vjp, multiple_results, jvp)
     OPS[name] = op
     return op

@@ -110,6 +110,77 @@ def eye(n: int, m: int | None = None, k: int = 0, dtype=None) -> Tensor:
     return _tensor(np.eye(n, m, k, dtype=dtype))
 
 
+def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axis: int = 0) -> Tensor:
+    """`num` evenly spaced values from `start` to `stop` (included unless `endpoint=False`), as
+    `np.linspace`: float32 unless `dtype` (or float64 bounds) says otherwise; an integer `dtype`
+    takes the floor. Bounds may be tensors (even traced ones); tensor bounds give one sequence
+    per element, along the new axis `axis`. Python bounds are spaced in float64 and rounded
+    once, as NumPy does.
+
+    >>> import remat as rm
+    >>> rm.linspace(0.0, 1.0, 5)
+    Tensor([0.  , 0.25, 0.5 , 0.75, 1.  ], dtype=float32)
+    """
+    num = static_int("linspace", num, "num")
+    if num < 0:
+        raise ArgumentValueError(f"linspace: num must be non-negative, got {num}")
+    bounds = [b if isinstance(b, Tensor) else asarray(_number_or_array("linspace", b, name))
+              for b, name in ((start, "start"), (stop, "stop"))]
+    floats = [b.dtype for b in bounds if dtypes.is_float(b.dtype)]
+    work = max(floats, key=lambda d: d.itemsize) if floats else dtypes.DEFAULT_FLOAT
+    target = work if dtype is None else dtypes.canonical(dtype, "linspace")
+    if all(b.is_concrete and not b._vaxes for b in bounds):
+        a = np.linspace(*(_exact(b, x) for b, x in zip(bounds, (start, stop))), num, endpoint=endpoint,
+                        axis=_axis("linspace", axis, bounds, num))
+        a = np.floor(a) if dtypes.is_int(target) else a
+        return _tensor(values.convert(np.asarray(a), target, "linspace"))
+    return _traced_linspace(bounds, num, endpoint, work, target, axis)
+
+
+def _number_or_array(what: str, value, name: str):
+    """A Python number (kept exact) or an array-like bound."""
+    if isinstance(value, (bool, str)) or value is None:
+        raise ArgumentTypeError(
+            f"{what}: {name} must be a number or a tensor, got {value!r:.60} ({type(value).__name__})"
+        )
+    return value
+
+
+def _exact(bound: Tensor, given):
+    """The bound in float64 where the user gave a Python number (so 0.1 stays 0.1)."""
+    if isinstance(given, (int, float)) and not isinstance(given, bool):
+        return float(given)
+    return np.asarray(bound._value)
+
+
+def _axis(what: str, axis, bounds: list[Tensor], num: int) -> int:
+    from remat.ops.axes import axis_index
+    from remat.ops.elementwise import broadcast_shapes
+
+    ndim = len(broadcast_shapes(*(b.shape for b in bounds))) + 1
+    return axis_index(what, axis, ndim)
+
+
+def _traced_linspace(bounds: list[Tensor], num: int, endpoint: bool, work, target, axis) -> Tensor:
+    """linspace from tensor bounds, with NumPy's formula: start + i * (stop - start) / div."""
+    from remat.ops.division import floor_divide
+    from remat.ops.elementwise import broadcast_shapes
+    from remat.ops.shape import broadcast_to, concat, expand_dims, permute_dims, reshape, slice_axis
+
+    lo, hi = (b.astype(work) for b in bounds)
+    shape = broadcast_shapes(lo.shape, hi.shape)
+    lo, hi = broadcast_to(lo, shape), broadcast_to(hi, shape)
+    div = num - 1 if endpoint else num
+    steps = reshape(arange(num, dtype=work), (num,) + (1,) * len(shape))
+    y = lo + steps * ((hi - lo) / float(div)) if div > 0 else lo + steps * (hi - lo)
+    if endpoint and num > 1:
+        y = concat([slice_axis(y, 0, 0, num - 1), expand_dims(hi, 0)], axis=0)
+    order = list(range(1, y.ndim))
+    order.insert(_axis("linspace", axis, bounds, num), 0)
+    y = permute_dims(y, order)
+    return (floor_divide(y, 1.0) if dtypes.is_int(target) else y).astype(target)
+
+
 def _tensor(a: np.ndarray) -> Tensor:
     """A new array as a tensor, read-only as tensor values are (a trace takes it uncopied)."""
     a.flags.writeable = False

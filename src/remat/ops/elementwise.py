@@ -111,27 +111,67 @@ def _ub(rule):
     return vjp
 
 
+# ---------------------------------------------------------------- helpers for JVP rules
+
+
+def _unary_jvp(d):
+    """A unary JVP from `d(t, x, out)`, the tangent of the output for a tangent t of x."""
+    return lambda ts, x, out: d(ts[0], x, out)
+
+
+def _plus(a, b):
+    """The sum of two tangents, None standing for a zero one."""
+    return b if a is None else a if b is None else a + b
+
+
+def _binary_jvp(dx, dy):
+    """A binary JVP from each operand's share `d(t, x, y, out)`, broadcast to the output."""
+    from remat.ops.shape import broadcast_to
+
+    def jvp(ts, x, y, out):
+        parts = [None if t is None else broadcast_to(d(t, x, y, out), out.shape) for t, d in zip(ts, (dx, dy))]
+        return _plus(*parts)
+
+    return jvp
+
+
+def _first(t, x, y, out):
+    return t
+
+
 # ---------------------------------------------------------------- declarations
 
-_neg = declare("negative", _numeric_unary, lambda g, x, out: (negative(g),))  # d(-x) = -dx
+_neg = declare("negative", _numeric_unary, lambda g, x, out: (negative(g),),  # d(-x) = -dx
+               jvp=_unary_jvp(lambda t, x, out: negative(t)))
 # d|x| = sign(x) dx. NOTE: at x = 0 the subgradient taken is +1 (as in JAX), not sign(0) = 0.
-_abs = declare("abs", _same_unary, lambda g, x, out: (where(x >= 0, g, -g),))
+_abs = declare("abs", _same_unary, lambda g, x, out: (where(x >= 0, g, -g),),
+               jvp=_unary_jvp(lambda t, x, out: where(x >= 0, t, -t)))
 _sign = declare("sign", _numeric_unary, NOT_DIFFERENTIABLE)  # zero almost everywhere
-_exp = declare("exp", _float_unary, lambda g, x, out: (g * out,))  # d e^x = e^x dx
-_log = declare("log", _float_unary, lambda g, x, out: (g / x,))  # d log x = dx / x
-_log1p = declare("log1p", _float_unary, lambda g, x, out: (g / (1.0 + x),))  # dx / (1 + x)
-_sqrt = declare("sqrt", _float_unary, lambda g, x, out: (g * 0.5 / out,))  # dx / (2 sqrt x)
-_sin = declare("sin", _float_unary, lambda g, x, out: (g * cos(x),))  # d sin x = cos x dx
-_cos = declare("cos", _float_unary, lambda g, x, out: (-g * sin(x),))  # d cos x = -sin x dx
-_tanh = declare("tanh", _float_unary, lambda g, x, out: (g * (1.0 - out * out),))  # (1 - tanh²) dx
+_exp = declare("exp", _float_unary, lambda g, x, out: (g * out,),  # d e^x = e^x dx
+               jvp=_unary_jvp(lambda t, x, out: t * out))
+_log = declare("log", _float_unary, lambda g, x, out: (g / x,),  # d log x = dx / x
+               jvp=_unary_jvp(lambda t, x, out: t / x))
+_log1p = declare("log1p", _float_unary, lambda g, x, out: (g / (1.0 + x),),  # dx / (1 + x)
+                 jvp=_unary_jvp(lambda t, x, out: t / (1.0 + x)))
+_sqrt = declare("sqrt", _float_unary, lambda g, x, out: (g * 0.5 / out,),  # dx / (2 sqrt x)
+                jvp=_unary_jvp(lambda t, x, out: t * 0.5 / out))
+_sin = declare("sin", _float_unary, lambda g, x, out: (g * cos(x),),  # d sin x = cos x dx
+               jvp=_unary_jvp(lambda t, x, out: t * cos(x)))
+_cos = declare("cos", _float_unary, lambda g, x, out: (-g * sin(x),),  # d cos x = -sin x dx
+               jvp=_unary_jvp(lambda t, x, out: -t * sin(x)))
+_tanh = declare("tanh", _float_unary, lambda g, x, out: (g * (1.0 - out * out),),  # (1 - tanh²) dx
+                jvp=_unary_jvp(lambda t, x, out: t * (1.0 - out * out)))
 _not = declare("logical_not", _bool_unary, NOT_DIFFERENTIABLE)
 
-_add = declare("add", _binary_rule("same"), _ub(lambda g, x, y, out: (g, g)))
-_sub = declare("subtract", _binary_rule("numeric"), _ub(lambda g, x, y, out: (g, -g)))
+_add = declare("add", _binary_rule("same"), _ub(lambda g, x, y, out: (g, g)), jvp=_binary_jvp(_first, _first))
+_sub = declare("subtract", _binary_rule("numeric"), _ub(lambda g, x, y, out: (g, -g)),
+               jvp=_binary_jvp(_first, lambda t, x, y, out: -t))
 # d(xy) = y dx + x dy
-_mul = declare("multiply", _binary_rule("same"), _ub(lambda g, x, y, out: (g * y, g * x)))
+_mul = declare("multiply", _binary_rule("same"), _ub(lambda g, x, y, out: (g * y, g * x)),
+               jvp=_binary_jvp(lambda t, x, y, out: t * y, lambda t, x, y, out: x * t))
 # d(x/y) = dx / y - x dy / y²
-_div = declare("divide", _binary_rule("same"), _ub(lambda g, x, y, out: (g / y, -g * out / y)))
+_div = declare("divide", _binary_rule("same"), _ub(lambda g, x, y, out: (g / y, -g * out / y)),
+               jvp=_binary_jvp(lambda t, x, y, out: t / y, lambda t, x, y, out: -t * out / y))
 
 
 def _pow_vjp(g, x, y, out):
@@ -142,7 +182,9 @@ def _pow_vjp(g, x, y, out):
     return gx, gy
 
 
-_pow = declare("pow", _binary_rule("float"), _ub(_pow_vjp))
+_pow = declare("pow", _binary_rule("float"), _ub(_pow_vjp), jvp=_binary_jvp(
+    lambda t, x, y, out: t * y * pow(x, y - 1.0),
+    lambda t, x, y, out: where(x > 0, t * out * log(where(x > 0, x, 1.0)), 0.0)))  # as the VJP
 
 
 def _max_min_vjp(pick):
@@ -154,8 +196,18 @@ def _max_min_vjp(pick):
     return _ub(rule)
 
 
-_maximum = declare("maximum", _binary_rule("same"), _max_min_vjp(lambda x, y: x > y))
-_minimum = declare("minimum", _binary_rule("same"), _max_min_vjp(lambda x, y: x < y))
+def _max_min_jvp(pick):
+    # The winner's tangent; at a tie the mean of both, the transpose of the VJP's even split.
+    def share(x, y, t):
+        return where(x == y, 0.5, where(pick(x, y), 1.0, 0.0)).astype(t.dtype)
+
+    return _binary_jvp(lambda t, x, y, out: t * share(x, y, t), lambda t, x, y, out: t * (1.0 - share(x, y, t)))
+
+
+_maximum = declare("maximum", _binary_rule("same"), _max_min_vjp(lambda x, y: x > y),
+                   jvp=_max_min_jvp(lambda x, y: x > y))
+_minimum = declare("minimum", _binary_rule("same"), _max_min_vjp(lambda x, y: x < y),
+                   jvp=_max_min_jvp(lambda x, y: x < y))
 
 _COMPARISONS = {
     name: declare(name, _binary_rule("bool"), NOT_DIFFERENTIABLE)
@@ -171,7 +223,16 @@ def _where_vjp(g, c, x, y, out):
     return None, unbroadcast(where(c, g, zero), x.shape), unbroadcast(where(c, zero, g), y.shape)
 
 
-_where = declare("where", _where_rule, _where_vjp)
+def _where_jvp(ts, c, x, y, out):
+    # The tangent of the branch chosen.
+    from remat.ops.shape import broadcast_to
+
+    zero = zeros_scalar(out.dtype)
+    tx, ty = (zero if t is None else t for t in ts[1:])
+    return broadcast_to(where(c, tx, ty), out.shape)
+
+
+_where = declare("where", _where_rule, _where_vjp, jvp=_where_jvp)
 
 
 def _convert_vjp(g, x, out, *, dtype):
@@ -179,7 +240,8 @@ def _convert_vjp(g, x, out, *, dtype):
     return (g.astype(x.dtype) if dtypes.is_float(x.dtype) else None,)
 
 
-_convert = declare("convert", _convert_rule, _convert_vjp)
+_convert = declare("convert", _convert_rule, _convert_vjp,  # linear: the tangent is cast too
+                   jvp=lambda ts, x, out, *, dtype: ts[0].astype(dtype) if dtypes.is_float(dtype) else None)
 
 
 # ---------------------------------------------------------------- front end

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remat.ops.core import NOT_DIFFERENTIABLE, declare
+from remat.ops.core import NOT_DIFFERENTIABLE, BlockJVP, declare
 from remat.trace import Tensor, asarray, bind
 
 _stop_gradient = declare("stop_gradient", lambda x: x, NOT_DIFFERENTIABLE)
@@ -16,9 +16,18 @@ def _barrier_vjp(gs, *xs, out):
     return tuple(None if g is None else next(tied) for g in gs)
 
 
-_barrier = declare("barrier", lambda *xs: xs, _barrier_vjp, multiple_results=True)
+def _barrier_jvp(ts, *xs):
+    # One barrier over the values and their tangents: what waits for it waits for both.
+    present = [t for t in ts if t is not None]
+    tied = barrier(*xs, *present)
+    rest = iter(tied[len(xs) :])
+    return tied[: len(xs)], tuple(None if t is None else next(rest) for t in ts)
 
-_name = declare("checkpoint_name", lambda x, *, name: x, lambda g, x, out, name: (g,))
+
+_barrier = declare("barrier", lambda *xs: xs, _barrier_vjp, multiple_results=True, jvp=BlockJVP(_barrier_jvp))
+
+_name = declare("checkpoint_name", lambda x, *, name: x, lambda g, x, out, name: (g,),
+                jvp=lambda ts, x, out, name: ts[0])
 
 
 def stop_gradient(x) -> Tensor:
@@ -31,8 +40,17 @@ def barrier(*xs) -> tuple[Tensor, ...]:
     return bind(_barrier, *xs)
 
 
-def checkpoint_name(x, name: str) -> Tensor:
-    """`x` tagged with `name`, so checkpoint policies can choose to save it."""
+def checkpoint_name(x, name: str):
+    """`x` (a tensor, or a pytree of them, as in JAX) tagged with `name`, so checkpoint policies
+    can choose to save it.
+
+    >>> import remat as rm
+    >>> rm.checkpoint_name({"k": rm.ones(2), "v": rm.zeros(2)}, "kv")["v"]
+    Tensor([0., 0.], dtype=float32)
+    """
+    from remat import tree
+    from remat.errors import ArgumentTypeError
+
     if not isinstance(name, str):
-        raise TypeError(f"checkpoint_name: name must be a str, got {type(name).__name__}")
-    return bind(_name, asarray(x), name=name)
+        raise ArgumentTypeError(f"checkpoint_name: name must be a str, got {type(name).__name__} {name!r:.60}")
+    return tree.map(lambda leaf: bind(_name, asarray(leaf), name=name), x)

@@ -17,7 +17,14 @@ from builtins import slice as builtin_slice
 import numpy as np
 
 from remat import dtypes
-from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, IndexOutOfRange, ShapeError
+from remat.errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
+    DTypeError,
+    IndexOutOfRange,
+    ShapeError,
+    TracerError,
+)
 from remat.ops.axes import axis_index, static_int
 from remat.ops.core import Aval, declare
 from remat.ops.shape import flip, permute_dims, reshape, slice
@@ -53,8 +60,20 @@ def _index_add_vjp(g, x, idx, upd, out, *, axis):
     return g, None, bind(_take, g, idx, axis=axis)
 
 
-_take = declare("take", _take_rule, _take_vjp)
-_index_add = declare("index_add", _index_add_rule, _index_add_vjp)
+def _index_add_jvp(ts, x, idx, upd, out, *, axis):
+    # Linear in x and the updates: the tangents scattered the same way.
+    from remat.ops.creation import zeros
+
+    tx, _, tu = ts
+    if tu is None:
+        return tx
+    return bind(_index_add, zeros(x.shape, x.dtype) if tx is None else tx, idx, tu, axis=axis)
+
+
+# Gathering is linear in x: the tangent is gathered from the same places.
+_take = declare("take", _take_rule, _take_vjp,
+                jvp=lambda ts, x, idx, out, *, axis: None if ts[0] is None else bind(_take, ts[0], idx, axis=axis))
+_index_add = declare("index_add", _index_add_rule, _index_add_vjp, jvp=_index_add_jvp)
 
 
 def take(x, indices, axis: int | None = None) -> Tensor:
@@ -117,20 +136,27 @@ def _expand_ellipsis(index: tuple, shape: tuple[int, ...]) -> tuple:
 
 
 def getitem(x, index) -> Tensor:
-    """`x[index]` for ints, slices (any step), None, `...` and one integer tensor or array.
+    """`x[index]` for ints, slices (any step), None, `...`, one integer tensor or array, or one
+    boolean mask known when tracing.
 
     Ints and integer arrays known when tracing must lie in `[-n, n)` for an axis of size `n`
     (`IndexOutOfRange` otherwise). A traced integer tensor is read as `take` reads it: negative
     entries count from the end, entries still out of range are clamped to the nearest end, the
     same on every backend, and the gradient goes to the element read (JAX's
-    `x.at[i].get(mode="clip")`).
+    `x.at[i].get(mode="clip")`). A boolean mask (an array, a list or a concrete tensor) picks the
+    elements where it is True, as in NumPy; a traced mask is a TracerError, as the result's
+    shape would depend on its values (use `rm.where(mask, x, 0)`).
 
     >>> import remat as rm
     >>> rm.arange(5)[rm.asarray([-1, 1])]
     Tensor([4, 1], dtype=int32)
+    >>> x = rm.asarray([1.0, -2.0, 3.0])
+    >>> x[x > 0]
+    Tensor([1., 3.], dtype=float32)
     """
     x = asarray(x)
-    index = _expand_ellipsis(index if isinstance(index, tuple) else (index,), x.shape)
+    x, index = _unmasked(x, index if isinstance(index, tuple) else (index,))
+    index = _expand_ellipsis(index, x.shape)
     start, stop, step, flips = [], [], [], []
     final: list[int] = []
     tensor_axis, tensor_index, tensor_at = None, None, 0
@@ -199,15 +225,61 @@ def _tensor_item(item, axis: int, n: int) -> Tensor:
             "integer tensor"
         )
     idx = asarray(item)
-    if idx.dtype == dtypes.bool_:
+    if idx.dtype == dtypes.bool_:  # masks of one axis or more became positions in _unmasked
         raise DTypeError(
-            "getitem: boolean masks are not supported as indices (the result's shape would depend on "
-            "the values); use rm.where(mask, x, 0) instead"
+            f"getitem: a 0-d boolean index ({item!r}) is not supported; use rm.where(mask, x, 0) to "
+            "choose elements, or rm.expand_dims for a new axis"
         )
     if not dtypes.is_int(idx.dtype):
         raise DTypeError(f"getitem: tensor indices must be integers, got {idx.dtype}")
     check_in_range("getitem", idx, n, f"axis {axis}")
     return idx
+
+
+def _unmasked(x: Tensor, index: tuple) -> tuple[Tensor, tuple]:
+    """`x` and `index` with a boolean mask replaced as NumPy reads it: the axes it covers merged
+    into one, indexed by the flat positions of its True entries."""
+    at = [k for k, item in enumerate(index) if _is_mask(item)]
+    if not at:
+        return x, index
+    if len(at) > 1:
+        raise ArgumentValueError("getitem: only one boolean mask per index is supported; combine the masks "
+                                 "with & into one")
+    k = at[0]
+    mask = _mask_values(index[k])
+    after = sum(1 for i in index[k + 1 :] if i is not None and i is not Ellipsis)
+    if any(i is Ellipsis for i in index[:k]):
+        first = x.ndim - after - mask.ndim
+    else:
+        first = sum(1 for i in index[:k] if i is not None)
+    covered = x.shape[first : first + mask.ndim] if first >= 0 else ()
+    if covered != mask.shape:
+        raise IndexOutOfRange(f"getitem: a boolean mask of shape {mask.shape} does not match the axes "
+                              f"{tuple(range(max(first, 0), max(first, 0) + mask.ndim))} of a tensor of shape "
+                              f"{x.shape} that it indexes; give a mask of shape {covered or x.shape}")
+    merged = reshape(x, x.shape[:first] + (-1,) + x.shape[first + mask.ndim :])
+    positions = np.flatnonzero(mask).astype(np.int32 if mask.size < 2**31 else np.int64)
+    return merged, index[:k] + (positions,) + index[k + 1 :]
+
+
+def _is_mask(item) -> bool:
+    """A boolean array, list or tensor of at least one axis."""
+    if isinstance(item, Tensor):
+        return item.dtype == dtypes.bool_ and (item.ndim > 0 or not item.is_concrete)
+    if isinstance(item, list) or is_device_array(item):
+        item = np.asarray(item)
+    return isinstance(item, np.ndarray) and item.dtype == np.bool_ and item.ndim > 0
+
+
+def _mask_values(item) -> np.ndarray:
+    if isinstance(item, Tensor) and (not item.is_concrete or item._vaxes):
+        where = f"traced inside `{item._trace.name}`" if not item.is_concrete else "vectorized"
+        raise TracerError(
+            f"getitem: the boolean mask is {where}, so how many elements it picks (the result's shape) is "
+            "not known when tracing; use rm.where(mask, x, 0) to keep the shape, or pass the mask as a "
+            "concrete array (a static argument)"
+        )
+    return np.asarray(item._value if isinstance(item, Tensor) else item)
 
 
 def _is_int(item) -> bool:

@@ -30,7 +30,15 @@ def _matmul_vjp(g, a, b, out):
     )
 
 
-_matmul = declare("matmul", _matmul_rule, _matmul_vjp)
+def _matmul_jvp(ts, a, b, out):
+    # d(AB) = dA B + A dB
+    ta, tb = ts
+    left = None if ta is None else bind(_matmul, ta, b)
+    right = None if tb is None else bind(_matmul, a, tb)
+    return right if left is None else left if right is None else left + right
+
+
+_matmul = declare("matmul", _matmul_rule, _matmul_vjp, jvp=_matmul_jvp)
 
 
 def matmul(a, b) -> Tensor:
@@ -104,3 +112,15 @@ def _operand_axes(given, shape: tuple[int, ...], written) -> tuple[int, ...]:
     if len(set(out)) != len(out):
         raise ArgumentValueError(f"tensordot: axes {written!r} names an axis of the {shape} operand twice")
     return out
+
+
+def outer(a, b) -> Tensor:
+    """The outer product of `a` and `b`, flattened first, as `np.outer`: `out[i, j] = a[i] * b[j]`.
+
+    >>> import remat as rm
+    >>> rm.outer(rm.asarray([1, 2]), rm.asarray([1, 10, 100]))
+    Tensor([[  1,  10, 100],
+            [  2,  20, 200]], dtype=int32)
+    """
+    a, b = promote(a, b, what="outer")
+    return reshape(a, (-1, 1)) * reshape(b, (1, -1))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from remat import dtypes
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError
 from remat.ops.axes import axis_index, listed, normalize_axes
-from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
+from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare, linear_jvp
 from remat.trace import Tensor, asarray, bind
 
 
@@ -66,10 +66,23 @@ def _extremum_vjp(g, x, out, *, axes):
     return (_expand(g, x, axes) * hit / count,)
 
 
-_sum = declare("sum", _reduce_rule, _sum_vjp)
-_prod = declare("prod", _reduce_rule, _prod_vjp)
-_max = declare("max", _reduce_rule, _extremum_vjp)
-_min = declare("min", _reduce_rule, _extremum_vjp)
+def _weighted_jvp(vjp):
+    """d f(x) = sum(df/dx * dx) over the reduced axes, df/dx being the VJP of a cotangent of ones
+    (so the JVP treats zeros and ties exactly as the VJP does)."""
+
+    def jvp(ts, x, out, *, axes):
+        from remat.ops.creation import ones
+
+        (slope,) = vjp(ones(out.shape, out.dtype), x, out, axes=axes)
+        return sum(ts[0] * slope, axis=axes)
+
+    return jvp
+
+
+_sum = declare("sum", _reduce_rule, _sum_vjp, jvp=linear_jvp("sum"))
+_prod = declare("prod", _reduce_rule, _prod_vjp, jvp=_weighted_jvp(_prod_vjp))
+_max = declare("max", _reduce_rule, _extremum_vjp, jvp=_weighted_jvp(_extremum_vjp))
+_min = declare("min", _reduce_rule, _extremum_vjp, jvp=_weighted_jvp(_extremum_vjp))
 _argmax = declare("argmax", _arg_rule, NOT_DIFFERENTIABLE)
 _argmin = declare("argmin", _arg_rule, NOT_DIFFERENTIABLE)
 
@@ -122,15 +135,26 @@ def _nonempty(x, name: str) -> Tensor:
 
 
 def mean(x, axis=None, keepdims: bool = False) -> Tensor:
-    """Arithmetic mean over `axis`; integer inputs give float32."""
+    """Arithmetic mean over `axis`; integer inputs give float32. float16 and bfloat16 are
+    summed and divided in float32 and rounded once, as in JAX.
+
+    >>> import remat as rm
+    >>> rm.mean(rm.asarray([1.0, 2.0, 2.0], "bfloat16"))
+    Tensor(1.66406, dtype=bfloat16)
+    """
     x = asarray(x)
-    if not dtypes.is_float(x.dtype):
+    dtype = x.dtype
+    low = dtype in dtypes.LOW_PRECISION
+    if low or not dtypes.is_float(dtype):
+        # NOTE: for the low dtypes this is a float32 copy of x (XLA fuses it away), but the sum
+        # rounded to bfloat16 and then divided would round twice.
         x = x.astype(dtypes.DEFAULT_FLOAT)
     axes = normalize_axes(axis, x.ndim, "mean")
     count = 1
     for a in axes:
         count *= x.shape[a]
-    return sum(x, axis=axes, keepdims=keepdims) / float(count)
+    out = sum(x, axis=axes, keepdims=keepdims) / float(count)
+    return out.astype(dtype) if low else out
 
 
 def _arg(op, x, axis, keepdims) -> Tensor:

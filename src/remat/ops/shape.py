@@ -16,8 +16,9 @@ from remat.ops.axes import (
     ordered_axes,
     permutation,
     shape_tuple,
+    static_int,
 )
-from remat.ops.core import Aval, declare
+from remat.ops.core import Aval, declare, linear_jvp
 from remat.ops.elementwise import broadcast_shapes, unbroadcast
 from remat.trace import Tensor, asarray, bind
 
@@ -119,17 +120,29 @@ def _inverse(axes):
     return tuple(inv)
 
 
-_reshape = declare("reshape", _reshape_rule, lambda g, x, out, shape: (reshape(g, x.shape),))
+def _concat_jvp(ts, *xs, out, axis):
+    # Linear: the tangents joined (zeros for the operands without one).
+    from remat.ops.creation import zeros
+
+    return bind(_concat, *[zeros(x.shape, x.dtype) if t is None else t for t, x in zip(ts, xs)], axis=axis)
+
+
+# Every op here only moves elements, so its JVP is the op applied to the tangent.
+_reshape = declare("reshape", _reshape_rule, lambda g, x, out, shape: (reshape(g, x.shape),),
+                   jvp=linear_jvp("reshape"))
 _permute = declare(
-    "permute_dims", _permute_rule, lambda g, x, out, axes: (permute_dims(g, _inverse(axes)),)
+    "permute_dims", _permute_rule, lambda g, x, out, axes: (permute_dims(g, _inverse(axes)),),
+    jvp=linear_jvp("permute_dims"),
 )
 _broadcast = declare(
-    "broadcast_to", _broadcast_rule, lambda g, x, out, shape: (unbroadcast(g, x.shape),)
+    "broadcast_to", _broadcast_rule, lambda g, x, out, shape: (unbroadcast(g, x.shape),),
+    jvp=linear_jvp("broadcast_to"),
 )
-_concat = declare("concat", _concat_rule, _concat_vjp)
-_slice = declare("slice", _slice_rule, _slice_vjp)
-_pad = declare("pad", _pad_rule, _pad_vjp)
-_flip = declare("flip", _flip_rule, lambda g, x, out, axes: (flip(g, axes),))  # its own transpose
+_concat = declare("concat", _concat_rule, _concat_vjp, jvp=_concat_jvp)
+_slice = declare("slice", _slice_rule, _slice_vjp, jvp=linear_jvp("slice"))
+_pad = declare("pad", _pad_rule, _pad_vjp, jvp=linear_jvp("pad"))
+_flip = declare("flip", _flip_rule, lambda g, x, out, axes: (flip(g, axes),),  # its own transpose
+                jvp=linear_jvp("flip"))
 
 # ---------------------------------------------------------------- front end
 
@@ -229,15 +242,66 @@ def squeeze(x, axis=None) -> Tensor:
 
 def concat(xs, axis: int = 0) -> Tensor:
     """Join tensors along an existing axis."""
+    return _joined("concat", xs, axis)
+
+
+def concatenate(xs, axis: int = 0) -> Tensor:
+    """Join tensors along an existing axis: NumPy's name for `concat`.
+
+    >>> import remat as rm
+    >>> rm.concatenate([rm.zeros((1, 2)), rm.ones((2, 2))]).shape
+    (3, 2)
+    """
+    return _joined("concatenate", xs, axis)
+
+
+def _joined(fn: str, xs, axis) -> Tensor:
     from remat.ops.elementwise import promote
 
-    xs = promote(*_nonempty("concat", xs))
+    xs = promote(*_nonempty(fn, xs))
     if xs[0].ndim == 0:
-        raise ShapeError("concat: cannot join 0-d tensors; use stack")
-    axis = axis_index("concat", axis, xs[0].ndim)
+        raise ShapeError(f"{fn}: cannot join 0-d tensors; use stack")
+    axis = axis_index(fn, axis, xs[0].ndim)
     if len(xs) == 1:
         return xs[0]
     return bind(_concat, *xs, axis=axis)
+
+
+def split(x, indices_or_sections, axis: int = 0) -> list[Tensor]:
+    """`x` cut along `axis` into a list, as `np.split`: an int `n` gives `n` equal parts (it
+    must divide the axis), a sequence of ints the points to cut at (Python slice bounds:
+    negative ones count from the end, and the parts may be empty).
+
+    >>> import remat as rm
+    >>> [p.shape for p in rm.split(rm.zeros((6, 2)), 3)]
+    [(2, 2), (2, 2), (2, 2)]
+    >>> [p.shape for p in rm.split(rm.zeros((6, 2)), [1, 4])]
+    [(1, 2), (3, 2), (2, 2)]
+    """
+    x = asarray(x)
+    if x.ndim == 0:
+        raise ShapeError("split: cannot split a 0-d tensor; it has no axis")
+    axis = axis_index("split", axis, x.ndim)
+    n = x.shape[axis]
+    points = listed("split", indices_or_sections, "indices_or_sections")
+    if points is None:
+        parts = static_int("split", indices_or_sections, "indices_or_sections", "an int or a sequence of ints")
+        if parts <= 0 or n % parts:
+            raise ArgumentValueError(
+                f"split: indices_or_sections={parts} does not divide axis {axis} of size {n} (shape "
+                f"{x.shape}) into equal parts; pass a number of parts that divides {n}, or the points "
+                "to cut at (a list)"
+            )
+        points = [k * (n // parts) for k in range(1, parts)]
+    else:
+        points = [static_int("split", p, "indices_or_sections", written=indices_or_sections) for p in points]
+    bounds = [0, *points, n]
+    return [_part(x, axis, a, b) for a, b in zip(bounds, bounds[1:])]
+
+
+def _part(x: Tensor, axis: int, start: int, stop: int) -> Tensor:
+    a, b, _ = builtins.slice(start, stop).indices(x.shape[axis])
+    return slice_axis(x, axis, a, builtins.max(a, b))
 
 
 def stack(xs, axis: int = 0) -> Tensor:

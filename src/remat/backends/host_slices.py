@@ -1,0 +1,121 @@
+"""Stacked arguments sliced, and stacked results joined, on the host rather than by XLA:CPU.
+
+A model whose layers read `W[i]` from one stacked argument would have XLA slice `W` at L
+offsets: on the CPU every slice is a kernel of its own, compiled and run apart, so an L-layer
+model compiles L more kernels than the same model given a list of weights (14 s against 3 s at
+64 layers, in JAX as in remat). Its gradient, the slices' cotangents laid side by side
+(remat/accumulate.py), is one `concat` of L pieces, another costly kernel. On the host both are
+free or nearly: a slice of a NumPy array (or of a JAX array on the CPU, seen through NumPy) is
+a view, and joining the pieces is one copy of the gradient. So the program takes the slices as
+arguments and returns the pieces; `HostSlices` slices the caller's arguments and joins the
+results, and the executables are those of the list-of-weights model.
+
+An argument is sliced here when every node reading it is a unit-step slice cutting the same
+single axis (two or more of them); a result is joined here when it is a `concat` nothing else
+reads. Other slices keep their place in the program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from remat.graph import Graph, Node, Var
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSlices:
+    """How the program's arguments come from the caller's and its results make the caller's.
+    `inputs`: per program input, (caller's position, axis, start, stop), axis None for the
+    argument as it is. `outputs`: per caller's result, the program's output position, or
+    (axis, positions) of the pieces to join."""
+
+    inputs: tuple[tuple[int, int | None, int, int], ...]
+    outputs: tuple[int | tuple[int, tuple[int, ...]], ...]
+
+    def wrap(self, run):
+        return _Run(run, self)
+
+
+class _Run:
+    """`run` (a backend's callable) taking the caller's arguments and giving the caller's results."""
+
+    def __init__(self, run, plan: HostSlices):
+        self._run = run
+        self._plan = plan
+
+    @property
+    def last_memory(self):
+        return getattr(self._run, "last_memory", None)
+
+    def __call__(self, *args):
+        host: dict[int, np.ndarray] = {}
+        ins = []
+        for pos, axis, start, stop in self._plan.inputs:
+            if axis is None:
+                ins.append(args[pos])
+                continue
+            if pos not in host:
+                host[pos] = np.asarray(args[pos])  # a JAX array on the CPU: its own memory, uncopied
+            ins.append(host[pos][(slice(None),) * axis + (slice(start, stop),)])
+        outs = self._run(*ins)
+        return [outs[o] if isinstance(o, int) else np.concatenate([np.asarray(outs[k]) for k in o[1]], o[0])
+                for o in self._plan.outputs]
+
+
+def host_slices(graph: Graph) -> tuple[Graph, HostSlices | None]:
+    """`graph` with its stacked arguments' slices as inputs and its joined results as pieces,
+    and the plan to call it with; `(graph, None)` when there is nothing to move, or when JAX
+    runs on an accelerator, whose arrays are sliced on the device."""
+    import jax
+
+    if jax.default_backend() != "cpu":
+        return graph, None
+    readers: dict[Var, list[Node]] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            readers.setdefault(v, []).append(node)
+    results = set(graph.outputs)
+    moved: set[int] = set()
+    inputs, in_plan = [], []
+    for pos, v in enumerate(graph.inputs):
+        nodes = readers.get(v, [])
+        axis = _shared_cut(v, nodes) if v not in results and len(nodes) > 1 else None
+        if axis is None:
+            inputs.append(v)
+            in_plan.append((pos, None, 0, 0))
+            continue
+        for node in nodes:
+            moved.add(id(node))
+            inputs.append(node.outputs[0])
+            in_plan.append((pos, axis, node.params["start"][axis], node.params["stop"][axis]))
+    producer = {o: node for node in graph.nodes for o in node.outputs}
+    outputs, out_plan = [], []
+    for v in graph.outputs:
+        node = producer.get(v)
+        if node is None or node.op != "concat" or v in readers or graph.outputs.count(v) > 1:
+            out_plan.append(len(outputs))
+            outputs.append(v)
+            continue
+        moved.add(id(node))
+        out_plan.append((node.params["axis"], tuple(range(len(outputs), len(outputs) + len(node.inputs)))))
+        outputs.extend(node.inputs)
+    if not moved:
+        return graph, None
+    nodes = [n for n in graph.nodes if id(n) not in moved]
+    return Graph(inputs, outputs, nodes, graph.constants), HostSlices(tuple(in_plan), tuple(out_plan))
+
+
+def _shared_cut(x: Var, nodes: list[Node]) -> int | None:
+    """The axis every node in `nodes` slices `x` along, with step 1 and nothing else cut."""
+    axes = {_cut_axis(x, node) for node in nodes}
+    return axes.pop() if len(axes) == 1 and None not in axes else None
+
+
+def _cut_axis(x: Var, node: Node) -> int | None:
+    if node.op != "slice" or any(s != 1 for s in node.params["step"]):
+        return None
+    p = node.params
+    cut = [d for d, n in enumerate(x.shape) if (p["start"][d], p["stop"][d]) != (0, n)]
+    return cut[0] if len(cut) == 1 and p["stop"][cut[0]] > p["start"][cut[0]] else None

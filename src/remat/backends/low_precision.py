@@ -1,0 +1,77 @@
+"""float16 and bfloat16 arithmetic on both backends: matrix products and sums accumulate in
+float32 and round once to the operands' dtype, as JAX's `jnp.sum` and XLA's dots do. A product
+of two float16 (11-bit) or bfloat16 (8-bit) numbers is exact in float32 (24 bits), so the two
+backends differ only in the order of the float32 additions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import ml_dtypes
+import numpy as np
+
+from remat.backends import rounding
+
+LOW = (np.dtype("float16"), np.dtype(ml_dtypes.bfloat16))
+ACCUMULATOR = np.dtype("float32")
+
+
+def numpy_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """np.matmul; like the ufunc it is, it writes into `out` (a dying buffer) when given one."""
+    if a.dtype not in LOW:
+        return np.matmul(a, b, out=out)
+    result = np.matmul(a.astype(ACCUMULATOR), b.astype(ACCUMULATOR)).astype(a.dtype)
+    if out is None:
+        return result
+    out[...] = result
+    return out
+
+
+numpy_matmul.takes_out = True  # the evaluator may hand it a dying buffer, as it does ufuncs
+
+
+def numpy_reduce(fn: Callable) -> Callable:
+    """`fn` (np.sum, np.prod) over `axes`, accumulated in float32 for the low dtypes."""
+
+    def reduce(x: np.ndarray, *, axes):
+        if x.dtype not in LOW:
+            return fn(x, axis=axes)
+        return fn(x, axis=axes, dtype=ACCUMULATOR).astype(x.dtype)
+
+    return reduce
+
+
+def numpy_convert(x: np.ndarray, *, dtype: np.dtype) -> np.ndarray:
+    return rounding.to_bfloat16(np, x) if dtype == rounding.BFLOAT16 else x.astype(dtype)
+
+
+def xla_matmul(a, b):
+    import jax.numpy as jnp
+    from jax import lax
+
+    # HIGHEST: float32 products in float32 everywhere (no TF32 on GPUs), as NumPy computes them.
+    if a.dtype not in LOW:
+        return jnp.matmul(a, b, precision=lax.Precision.HIGHEST)
+    out = jnp.matmul(a, b, precision=lax.Precision.HIGHEST, preferred_element_type=ACCUMULATOR)
+    return lax.convert_element_type(out, a.dtype)
+
+
+def xla_reduce(fn: Callable) -> Callable:
+    """`fn` (jnp.sum, jnp.prod) over `axes`, accumulated in float32 for the low dtypes."""
+    from jax import lax
+
+    def reduce(x, *, axes):
+        if x.dtype not in LOW:
+            return fn(x, axis=axes)
+        return lax.convert_element_type(fn(x, axis=axes, dtype=ACCUMULATOR), x.dtype)
+
+    return reduce
+
+
+def xla_convert(x, *, dtype: np.dtype):
+    import jax.numpy as jnp
+    from jax import lax
+
+    if dtype == rounding.BFLOAT16:
+        return rounding.to_bfloat16(jnp, x)
+    return lax.convert_element_type(x, dtype)

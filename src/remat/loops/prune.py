@@ -1,0 +1,73 @@
+"""Dead-code elimination through loops: a loop whose outputs are not all read computes only those
+that are, as JAX's DCE rule for scan does.
+
+A node with one output either lives or dies whole (`Trace.to_graph`), but a loop is one node for
+all its outputs. The backward scan of a gradient computes the cotangent of every xs and every
+loop-invariant input; the caller often wants few of them (the xs of an RNN are data; a
+`value_and_grad` differentiates some arguments only). Here such a node loses the outputs nobody
+reads, its body the work and the per-step residuals only they needed, and the node the inputs
+its body no longer reads, so the forward scan loses the stacked residuals in turn.
+
+A carry goes only when neither its last value nor any kept output depends on it (a fixed point:
+a carry read by a kept carry is kept). A scan that takes snapshots for a binomial gradient keeps
+every carry; when only its snapshots are read it need not run its last step (`skip_last`).
+"""
+
+from __future__ import annotations
+
+from remat.graph import Graph, Node, Var
+
+
+def live_nodes(nodes: list[Node], outputs: list[Var]) -> list[Node]:
+    """The nodes `outputs` depend on, in order, each loop among them pruned to what is read of it."""
+    from remat.ops.core import OPS
+
+    live = set(outputs)
+    kept = []
+    for node in reversed(nodes):
+        if any(v in live for v in node.outputs):
+            prune = OPS[node.op].prune
+            node = node if prune is None else prune(node, live)
+            kept.append(node)
+            live.update(node.inputs)
+    return kept[::-1]
+
+
+def sub_graph(graph: Graph, inputs: list[int], outputs: list[int]) -> tuple[Graph, set[Var]]:
+    """`graph` restricted to some of its inputs and outputs (positions), and the Vars it reads."""
+    outs = [graph.outputs[k] for k in outputs]
+    nodes = live_nodes(graph.nodes, outs)
+    read = {v for n in nodes for v in n.inputs} | set(outs)
+    constants = {v: a for v, a in graph.constants.items() if v in read}
+    return Graph([graph.inputs[i] for i in inputs], outs, nodes, constants), read
+
+
+def _unchanged(old: Graph, new: Graph) -> bool:
+    return (len(old.inputs) == len(new.inputs) and len(old.outputs) == len(new.outputs)
+            and len(old.nodes) == len(new.nodes) and all(a is b for a, b in zip(old.nodes, new.nodes)))
+
+
+def prune_scan(node: Node, live: set[Var]) -> Node:
+    p = node.params
+    body, nc, nx = p["body"], p["num_carry"], p["num_xs"]
+    n_body, outs = len(body.outputs), node.outputs
+    snapshots = p.get("snapshots") is not None
+    want = {k for k in range(n_body) if outs[k] in live or (snapshots and k < nc)}
+    while True:  # the carries the wanted outputs read, until no new one is read
+        _, read = sub_graph(body, [], sorted(want))
+        more = {i for i in range(nc) if body.inputs[i] in read} - want
+        if not more:
+            break
+        want |= more
+    carries = [i for i in range(nc) if i in want]
+    ins = carries + [i for i in range(nc, len(body.inputs)) if body.inputs[i] in read]
+    kept = carries + [k for k in range(nc, n_body) if k in want]
+    new, _ = sub_graph(body, ins, kept)
+    skip_last = snapshots and not any(o in live for o in outs[:n_body])
+    if _unchanged(body, new) and skip_last == p.get("skip_last", False):
+        return node
+    params = {**p, "body": new, "num_carry": len(carries), "num_xs": sum(1 for i in ins if nc <= i < nc + nx)}
+    if skip_last:
+        params["skip_last"] = True
+    return Node(node.op, [node.inputs[i] for i in ins], [outs[k] for k in kept] + list(outs[n_body:]), params,
+                node.source)
