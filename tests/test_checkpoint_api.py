@@ -243,7 +243,25 @@ def _torch_layout(n: int, segments: int) -> list[bool]:
     return seen
 
 
-@pytest.mark.parametrize("n, segments", [(5, 2), (6, 3), (7, 3), (4, 1), (4, 4)])
+# PyTorch's rule: segments of n // segments functions, all checkpointed but the last, which runs
+# plainly to the end. PyTorch is not a test dependency: the layouts are written out here, and
+# checked against torch itself where it is installed.
+SEQUENTIAL_LAYOUTS = {
+    (5, 2): [True, True, False, False, False],
+    (6, 3): [True, True, True, True, False, False],
+    (7, 3): [True, True, True, True, False, False, False],
+    (4, 1): [False, False, False, False],
+    (4, 4): [True, True, True, False],
+}
+
+
+@pytest.mark.parametrize("n, segments", list(SEQUENTIAL_LAYOUTS))
+def test_the_written_layouts_are_pytorchs(n, segments):
+    pytest.importorskip("torch")
+    assert _torch_layout(n, segments) == SEQUENTIAL_LAYOUTS[n, segments]
+
+
+@pytest.mark.parametrize("n, segments", list(SEQUENTIAL_LAYOUTS))
 def test_checkpoint_sequential_cuts_segments_as_pytorch_does(rng, n, segments):
     ws = [f32(rng, 3, 3) * 0.5 for _ in range(n)]
     layers = [lambda h, w=w: h + rm.tanh(h @ w) for w in ws]
@@ -252,7 +270,7 @@ def test_checkpoint_sequential_cuts_segments_as_pytorch_does(rng, n, segments):
     blocks = [n for n in graph.nodes if n.op == "checkpoint"]
     layout = [True] * sum(b.params["body"].count("tanh") for b in blocks)
     layout += [False] * (graph.count("tanh") - len(layout))
-    assert layout == _torch_layout(n, segments)
+    assert layout == SEQUENTIAL_LAYOUTS[n, segments]
     assert len(blocks) == segments - 1
     plain = lambda x: rm.sum(functools.reduce(lambda h, f: f(h), layers, x))  # noqa: E731
     seq = lambda x: rm.sum(rm.checkpoint_sequential(layers, segments, x))  # noqa: E731
