@@ -1,7 +1,20 @@
+import os
+import sys
+
 import numpy as np
 import pytest
 
 import remat as rm
+
+# Tests compare XLA with NumPy and with JAX's own gradients at float32 tolerances, which TF32
+# products (JAX's default for float32 matmuls on recent GPUs, so remat's) miss by ~1e-3. Set
+# JAX's process-wide precision, which remat follows when a call asks for none and which JAX's
+# reference computations use too: the variable before JAX is imported (it also reaches the
+# subprocesses tests start), the config if something imported JAX first. The tests of the
+# setting itself (test_precision.py) ask for each precision explicitly.
+os.environ["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"
+if "jax" in sys.modules:
+    sys.modules["jax"].config.update("jax_default_matmul_precision", "highest")
 
 BACKENDS = ["numpy", "xla"]  # JAX is a test dependency: every backend runs, none is skipped
 

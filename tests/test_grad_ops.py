@@ -106,6 +106,9 @@ def _jax_ce(logits, labels):
 
 
 LABELS = np.array([[1, 0, 3], [2, 2, 0]])
+# rm.shard's row: a layout on this process's one device (tests/test_sharding.py runs on eight).
+ONE_DEVICE = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",)),
+                                        jax.sharding.PartitionSpec("d", None))
 
 UNARY = [
     S("negative", rm.negative, jnp.negative, (3, 4)),
@@ -123,6 +126,8 @@ UNARY = [
       lambda x: x.astype(_other_float(x)) * 2.0, (3, 4), fd_eps=1e-2, tol=1e-5),
     S("checkpoint_name", lambda x: rm.checkpoint_name(rm.sin(x), "s"),
       lambda x: jax.ad_checkpoint.checkpoint_name(jnp.sin(x), "s"), (3,)),
+    S("shard", lambda x: rm.shard(rm.sin(x), ONE_DEVICE),
+      lambda x: jax.lax.with_sharding_constraint(jnp.sin(x), ONE_DEVICE), (3, 4)),
 ]
 
 BROADCASTS = [((3, 4), (3, 4)), ((3, 4), (4,)), ((3, 1), (1, 4)), ((), (2, 3)), ((2, 1, 4), (3, 1))]

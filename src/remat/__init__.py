@@ -106,7 +106,18 @@ from remat.ops import (
     zeros,
     zeros_like,
 )
+from remat.precision import default_matmul_precision
+from remat.sharding import shard
 from remat.trace import Tensor, asarray, make_graph
 from remat.vectorize import devectorize, vectorize, vmap
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # rm.parallel (the sharded set-ups) needs JAX, which `import remat` does not import.
+    if name == "parallel":
+        import importlib
+
+        return importlib.import_module("remat.parallel")
+    raise AttributeError(f"module 'remat' has no attribute {name!r}")

@@ -18,6 +18,7 @@ from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_nam
 from remat.graph import Graph, Var
 from remat.jit import call_traced
 from remat.ops.core import OPS
+from remat.planner import budget
 from remat.trace import Tensor, asarray, bind, current_trace, new_trace, trace_function
 from remat.vectorize import align_to, cotangent_layout, from_raw_layout
 
@@ -101,8 +102,16 @@ def _zeros_like(t: Tensor) -> Tensor:
     return Tensor._concrete(np.zeros(t._full_shape, t.dtype), t._vaxes)
 
 
-def vjp(fn: Callable, *primals, has_aux: bool = False):
+def vjp(fn: Callable, *primals, has_aux: bool = False, memory_budget=None, strategy: str | None = None):
     """`(fn(*primals), vjp_fn)`, where `vjp_fn(cotangent)` gives one cotangent per primal.
+
+    `memory_budget` bounds the memory of the step (forward and backward): remat then places
+    checkpoints itself (see the README, "Memory budgets"). It is bytes — an int or a string
+    with a unit, `"300MiB"`, `"1.5GB"` — counting the step's inputs and constants and what it
+    allocates, or a float fraction in (0, 1] of the activation memory: budget bytes = inputs
+    and constants + fraction × what the step allocates without checkpoints. `strategy`: None
+    (the least recomputation that fits), "sqrt", "chain" or "milp". The plan is made once per
+    trace; `rm.memory.plan_report` shows it. Values are bit-identical to the unplanned step's.
 
     >>> import remat as rm
     >>> y, back = rm.vjp(rm.sin, rm.asarray(0.0))
@@ -110,8 +119,9 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
     (Tensor(1., dtype=float32),)
     """
     argcheck.check_callable(fn, "vjp")
+    budget.check(memory_budget, strategy, "vjp")
     if current_trace() is None:
-        return _eager_vjp(fn, primals, has_aux)
+        return _eager_vjp(fn, primals, has_aux, memory_budget, strategy)
     flat, in_tree = tree.flatten(primals)
     inputs = [asarray(x) for x in flat]
     for x in inputs:
@@ -125,6 +135,8 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
 
     traced = trace_function(flat_fn, inputs, name=f"vjp({callable_name(fn)})")
     graph, trace = traced.graph, current_trace()
+    if memory_budget is not None:
+        graph = _planned(graph, traced, len(inputs), memory_budget, strategy)
     # The graph sees vectorized axes as plain leading axes; so does the replay.
     env = replay(graph, [x._raw() for x in inputs] + [Tensor._traced(trace, v) for v in traced.captured])
     out, aux = traced.wrap_outputs([env[v] for v in graph.outputs])
@@ -142,7 +154,16 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
     return out, vjp_fn
 
 
-def _eager_vjp(fn, primals, has_aux):
+def _planned(graph: Graph, traced, n_inputs: int, memory_budget, strategy) -> Graph:
+    """The forward graph with the checkpoints the planner chose for the budget."""
+    from remat.planner.peak import Step
+    from remat.planner.solve import plan_step
+
+    step = Step(wrt=n_inputs, seeded=traced.out_tree.children[0].num_leaves)
+    return plan_step(graph, memory_budget, strategy, step)[0]
+
+
+def _eager_vjp(fn, primals, has_aux, memory_budget=None, strategy=None):
     """vjp outside any trace, as JAX's: the forward runs now and keeps only what the backward
     reads (its residuals); `vjp_fn` runs the backward alone on them, so no forward op runs twice.
     Both halves come from one trace, made for cotangents shaped like the outputs."""
@@ -150,7 +171,8 @@ def _eager_vjp(fn, primals, has_aux):
     tensors = [asarray(x) for x in flat]
     with new_trace(f"vjp({callable_name(fn)})") as t:
         inputs = [t.new_input(x._full_shape, x.dtype)._relabel(x._vaxes) for x in tensors]
-        out, back, *aux = vjp(fn, *tree.unflatten(in_tree, inputs), has_aux=has_aux)
+        out, back, *aux = vjp(fn, *tree.unflatten(in_tree, inputs), has_aux=has_aux, memory_budget=memory_budget,
+                              strategy=strategy)
         n_forward = len(t.nodes)
         out_leaves, out_tree = tree.flatten(out)
         cts = [t.new_input(o._full_shape, o.dtype)._relabel(o._vaxes) for o in out_leaves]
@@ -219,21 +241,24 @@ def _cotangent_leaves(cotangent, out_tree: tree.TreeDef, out_vaxes: list, out_va
     return cts
 
 
-def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False):
+def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False, *,
+                   memory_budget=None, strategy: str | None = None):
     """A function returning `(fn(*args), gradient)`; the gradient has the structure of the
     arguments named by `argnums` (negative positions count from the end). `fn` must return a
     float scalar (with `has_aux`, a pair `(scalar, aux)`, and the value is `(scalar, aux)`).
+    `memory_budget` and `strategy` plan the checkpoints of the step, as in `vjp`.
 
     >>> import remat as rm
     >>> rm.value_and_grad(lambda x: rm.sum(x * x))(rm.asarray([1.0, 2.0]))
     (Tensor(5., dtype=float32), Tensor([2., 4.], dtype=float32))
     """
-    return _value_and_grad(fn, argnums, has_aux, "value_and_grad")
+    return _value_and_grad(fn, argnums, has_aux, "value_and_grad", memory_budget, strategy)
 
 
-def _value_and_grad(fn: Callable, argnums, has_aux: bool, where: str):
+def _value_and_grad(fn: Callable, argnums, has_aux: bool, where: str, memory_budget=None, strategy=None):
     argcheck.check_callable(fn, where)
     requested = argcheck.argnums(argnums, where, fn)
+    budget.check(memory_budget, strategy, where)  # a bad setting fails here, not at the first call
 
     @functools.wraps(fn, updated=())  # the signature stays readable: jit and memory use it
     def wrapped(*args, **kwargs):
@@ -250,7 +275,7 @@ def _value_and_grad(fn: Callable, argnums, has_aux: bool, where: str):
             return check_aux_pair(out, where, fn) if has_aux else out
 
         def run_vjp(xs):
-            result = vjp(partial, *xs, has_aux=has_aux)
+            result = vjp(partial, *xs, has_aux=has_aux, memory_budget=memory_budget, strategy=strategy)
             return result if has_aux else (*result, None)
 
         out, back, aux = run_vjp(diff)
@@ -277,14 +302,20 @@ def _lacks_output_axes(diff, out: Tensor) -> bool:
     return any(names - {n for n, _ in asarray(x)._vaxes} for x in tree.leaves(diff))
 
 
-def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False):
+def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False, *, memory_budget=None,
+         strategy: str | None = None):
     """The gradient of a scalar-valued `fn` with respect to the arguments `argnums`.
+    `memory_budget` and `strategy` plan the checkpoints of the step, as in `vjp`.
 
     >>> import remat as rm
     >>> rm.grad(rm.grad(rm.sin))(rm.asarray(0.0))
     Tensor(-0., dtype=float32)
+    >>> layer = lambda h: h + rm.tanh(h)
+    >>> loss = lambda x: rm.sum(layer(layer(layer(layer(layer(layer(x)))))))
+    >>> rm.grad(loss, memory_budget=0.8)(rm.ones((1024,))).shape  # remat places the checkpoints
+    (1024,)
     """
-    vg = _value_and_grad(fn, argnums, has_aux, "grad")
+    vg = _value_and_grad(fn, argnums, has_aux, "grad", memory_budget, strategy)
 
     @functools.wraps(fn, updated=())
     def wrapped(*args, **kwargs):

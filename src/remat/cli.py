@@ -1,5 +1,6 @@
 """The `remat` command: `remat demo` (what checkpointing buys, on a model you can train in a
-minute) and `remat bench` (remat beside jax.checkpoint and torch.utils.checkpoint)."""
+minute), `remat bench` (remat beside jax.checkpoint and torch.utils.checkpoint) and
+`remat bench --planner` (the memory-budget planner against hand-placed checkpoints)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", help="also write the markdown table to this file")
     bench.add_argument("--frameworks", help="comma-separated subset of: remat-numpy,remat-xla,jax,torch")
     bench.add_argument("--models", help="comma-separated subset of: mlp,gpt,scanned-mlp,scanned-gpt,rnn")
+    bench.add_argument("--planner", action="store_true",
+                       help="the memory-budget planner against the hand-placed plans (models mlp, gpt; "
+                            "frameworks remat-numpy, remat-xla, torch)")
+    bench.add_argument("--plot", help="with --planner: also write the picture (budget -> peak, peak -> time) here")
     return parser
 
 
@@ -43,9 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         plot = None if args.no_plot else args.plot
         return run(quick=args.quick, backend=demo_backend(args.backend), plot=plot, epochs=args.epochs,
                    progress=not args.no_progress)
+    split = lambda s: s.split(",") if s else None  # noqa: E731
+    if args.planner:
+        from remat.bench.planner import run as planner
+
+        return planner(quick=args.quick, out=args.out, png=args.plot, models=split(args.models),
+                       frameworks=split(args.frameworks))
     from remat.bench import run as bench
 
-    split = lambda s: s.split(",") if s else None  # noqa: E731
     return bench(quick=args.quick, out=args.out, frameworks=split(args.frameworks), models=split(args.models))
 
 

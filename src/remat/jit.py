@@ -20,7 +20,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from remat import argcheck, backends, dtypes, tree
+from remat import argcheck, backends, dtypes, sharding, tree
+from remat import precision as matmul_precision
 from remat.backends.host_slices import host_slices
 from remat.backends.xla_offsets import offsets_at_run_time
 from remat.errors import ArgumentTypeError, ArgumentValueError, callable_name
@@ -66,7 +67,7 @@ class Lowered:
     was traced for."""
 
     def __init__(self, traced: Traced, backend: str, options: dict, in_tree: tree.TreeDef,
-                 in_signature: tuple, name: str, has_static: bool = False):
+                 in_signature: tuple, name: str, has_static: bool = False, shardings: tuple | None = None):
         self.traced = traced
         self.graph = traced.graph
         self.backend = backend
@@ -76,10 +77,14 @@ class Lowered:
         self.has_static = has_static
         self._on_compile: Callable[[Compiled], Compiled] | None = None  # set by Jitted.lower
         graph, self._host = self.graph, None
-        if backend == "xla":  # stacked weights read W[i]: see backends/host_slices.py and xla_offsets.py
+        # Stacked weights read W[i]: see backends/host_slices.py and xla_offsets.py. Not for a
+        # sharded program (`shardings`: one per input, one per output), which takes its
+        # arguments whole, where they lie on the devices.
+        if backend == "xla" and shardings is None:
             graph, self._host = host_slices(graph)
             graph = offsets_at_run_time(graph)
-        self._program = backends.get(backend).lower(graph, **options)
+        placed = {} if shardings is None else {"in_shardings": shardings[0], "out_shardings": shardings[1]}
+        self._program = backends.get(backend).lower(graph, **options, **placed)
 
     def as_text(self) -> str:
         """The program handed to the backend: the graph for NumPy, StableHLO for XLA."""
@@ -196,9 +201,11 @@ class Jitted:
     cache_size = 64  # see the module docstring for why 64
 
     def __init__(self, fn: Callable, backend: str, static_argnums: tuple[int, ...],
-                 static_argnames: tuple[str, ...], options: dict):
+                 static_argnames: tuple[str, ...], options: dict,
+                 shardings: sharding.JitShardings | None = None):
         backends.get(backend)
         self.fn = fn
+        self.shardings = shardings
         self.backend = backend
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
@@ -239,16 +246,49 @@ class Jitted:
         self._check_hashable(static)
         leaves, treedef = tree.flatten((dynamic, dynamic_kwargs))
         signature = _signature(leaves)
-        key = (treedef, signature, tuple((k, _typed(v)) for k, v in static))
+        key = self._key(treedef, signature, static, leaves)
         lowered = self._lower(static, dynamic, dynamic_kwargs, treedef, signature)
         lowered._on_compile = lambda compiled: self._store(key, compiled)
         return lowered
 
+    def _key(self, treedef, signature, static, leaves) -> tuple:
+        """What a compiled program is for. On XLA also the layouts of the sharded arguments and
+        the mesh of `jax.set_mesh` (bare PartitionSpecs are read on it), as in `jax.jit`."""
+        key = (treedef, signature, tuple((k, _typed(v)) for k, v in static), self._precision())
+        if self.backend != "xla":
+            return key
+        return *key, self.shardings.placements(treedef, leaves), sharding.context_mesh()
+
     def _lower(self, static, dynamic, kwargs, treedef, signature) -> Lowered:
         with self._lock:
             self.trace_count += 1
-        traced = trace_function(self._traceable(static), (dynamic, kwargs), name=self._name)
-        return Lowered(traced, self.backend, self.options, treedef, signature, self._name, bool(static))
+        mesh, ins = self._input_layout(dynamic, kwargs, signature)
+        with sharding.tracing(self.backend, mesh):
+            traced = trace_function(self._traceable(static), (dynamic, kwargs), name=self._name)
+        placed = None
+        if ins is not None:
+            shapes = [v.shape for v in traced.graph.outputs]
+            placed = ins, self.shardings.outputs(traced.out_tree, shapes, mesh, callable_name(self.fn))
+        return Lowered(traced, self.backend, self.options, treedef, signature, self._name, bool(static), placed)
+
+    def _input_layout(self, dynamic, kwargs, signature) -> tuple:
+        """(the mesh bare PartitionSpecs are read on, one NamedSharding or None per argument leaf);
+        the latter None for a program on one device (nothing given, no argument sharded)."""
+        if self.shardings is None:
+            return None, None
+        leaves = tree.leaves((dynamic, kwargs))
+        mesh = self.shardings.mesh(leaves)
+        shapes = [tuple(k for _, k in vaxes) + shape for shape, _, vaxes in signature]
+        ins = self.shardings.inputs(self._dynamic_names(len(dynamic)), dynamic, kwargs, shapes, leaves, mesh)
+        if all(s is None for s in ins) and self.shardings.given_out is None:
+            return mesh, None
+        return mesh, ins
+
+    def _dynamic_names(self, n: int) -> list[str]:
+        """The names of the first `n` positional parameters that are not static, for messages."""
+        params = argcheck.positional_params(self.fn) or []
+        positions = [i for i in range(n + len(self.static_argnums)) if i not in self.static_argnums][:n]
+        return [params[i] if i < len(params) else f"args[{i}]" for i in positions]
 
     def __call__(self, *args, **kwargs):
         if current_trace() is not None:  # inside another transformation: inline
@@ -256,7 +296,7 @@ class Jitted:
         static, dynamic, dynamic_kwargs = self._split(args, kwargs)
         leaves, treedef = tree.flatten((dynamic, dynamic_kwargs))
         signature = _signature(leaves)
-        key = (treedef, signature, tuple((k, _typed(v)) for k, v in static))
+        key = self._key(treedef, signature, static, leaves)
         try:
             compiled = self._compiled(
                 key, lambda: self._lower(static, dynamic, dynamic_kwargs, treedef, signature).compile())
@@ -299,6 +339,11 @@ class Jitted:
                 if self._filling.get(key) is mine:
                     del self._filling[key]
             mine[1].set()
+
+    def _precision(self) -> str | None:
+        """The matmul precision a call lowers with on XLA, this one's or the global one (see
+        remat/precision.py): it keys the cache, so a scope asking for another compiles anew."""
+        return matmul_precision.effective(self.options["precision"]) if "precision" in self.options else None
 
     def _check_hashable(self, static) -> None:
         """Static arguments key the cache: an unhashable one is an error naming it."""
@@ -344,10 +389,19 @@ def call_traced(fn: Callable, args: tuple):
 
 
 def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames=(),
-        staged: bool | None = None) -> Jitted:
+        staged: bool | None = None, precision: str | None = None, in_shardings=None,
+        out_shardings=None, memory_budget=None, strategy=None) -> Jitted:
     """Trace `fn` once per signature (pytree structure, shapes, dtypes, static values with their
     types) and run it on `backend` ("numpy" or "xla"). `staged` chooses the XLA execution mode.
     A static argument may be given by position or by name whichever list names it.
+    `precision` is the XLA matmul precision ("highest", "high", "default", JAX's aliases or a
+    `jax.lax.Precision`); None follows `rm.default_matmul_precision` and then JAX's own setting
+    (exact float32 on the CPU, TF32 on recent GPUs). NumPy is always exact and ignores it.
+    `in_shardings`/`out_shardings` (XLA only) lay arrays out over devices as in `jax.jit`: one
+    `jax.sharding.NamedSharding` or `PartitionSpec` per positional argument that is not static
+    (a pytree prefix of it; None: unspecified, a sharded jax.Array keeping its own layout), or
+    one for them all; likewise for the output. See remat/sharding.py for the mesh of a bare
+    PartitionSpec; every stage of a staged program runs with the layouts of its values.
 
     >>> import remat as rm
     >>> f = rm.jit(lambda x: x * 2.0)
@@ -356,12 +410,29 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames
     """
     argcheck.check_callable(fn, "jit")
     check_backend(backend, "jit")
+    from remat.planner.budget import misplaced  # rm.jit(rm.grad(f, memory_budget=...)) is the place
+
+    misplaced("jit", memory_budget, strategy)
     if staged is not None and not isinstance(staged, (bool, np.bool_)):
         raise ArgumentTypeError(
             f"jit: staged must be True, False or None (staged on the CPU, fused elsewhere), got {staged!r}")
     nums, names = _static_arguments(fn, static_argnums, static_argnames)
-    options = {} if backend == "numpy" else {"staged": None if staged is None else bool(staged)}
-    return Jitted(fn, backend, nums, names, options)
+    precision = matmul_precision.canonical(precision, "jit")  # checked on NumPy too, which is always exact
+    options = {} if backend == "numpy" else {"staged": None if staged is None else bool(staged), "precision": precision}
+    return Jitted(fn, backend, nums, names, options, _shardings(backend, in_shardings, out_shardings))
+
+
+def _shardings(backend: str, in_shardings, out_shardings) -> sharding.JitShardings | None:
+    if backend == "xla":
+        return sharding.JitShardings(in_shardings, out_shardings)
+    given = [name for name, value in (("in_shardings", in_shardings), ("out_shardings", out_shardings))
+             if value is not None]
+    if given:
+        raise ArgumentValueError(
+            f"jit: {' and '.join(given)} given with backend={backend!r}; shardings lay arrays out over "
+            "devices, which only the XLA backend has: pass backend=\"xla\", or leave them out (rm.shard "
+            "is a no-op on NumPy)")
+    return None
 
 
 def bind_static(fn: Callable, args: tuple, static_argnums, argnums, where: str):

@@ -30,6 +30,8 @@ from remat.autodiff import vjp
 from remat.errors import ArgumentTypeError, ArgumentValueError
 from remat.graph import Graph, Node, Var, type_str
 from remat.jit import bind_static, check_backend
+from remat.planner import budget as budgets
+from remat.planner.report import PlanReport, PlanWarning
 from remat.trace import asarray, current_trace, trace_function
 
 # ---------------------------------------------------------------- the gradient program
@@ -48,8 +50,13 @@ class _Program:
     seeds: frozenset[Var] = frozenset()
 
 
-def _program(fn, args, argnums=None, grad: bool = True, where: str = "memory.saved_residuals") -> _Program:
+def _program(fn, args, argnums=None, grad: bool = True, where: str = "memory.saved_residuals",
+             memory_budget=None, strategy=None) -> _Program:
     argcheck.check_callable(fn, where)
+    if grad:
+        budgets.check(memory_budget, strategy, where)
+    else:  # a budget plans a gradient step: without one it would be ignored
+        budgets.misplaced(f"{where}(grad=False)", memory_budget, strategy)
     if argnums is not None:
         requested = argcheck.argnums(argnums, where, fn)
         argnums = argcheck.resolve(requested, len(args), where, "argnums", argnums, fn)
@@ -73,7 +80,7 @@ def _program(fn, args, argnums=None, grad: bool = True, where: str = "memory.sav
                 merged[i] = d
             return fn(*tree.unflatten(treedef, merged))
 
-        out, back = vjp(partial, *[xs[i] for i in diff])
+        out, back = vjp(partial, *[xs[i] for i in diff], memory_budget=memory_budget, strategy=strategy)
         forward.extend(current_trace().nodes)
         seed = tree.map(lambda o: asarray(np.ones(o.shape, o.dtype)), out)
         seeds.update(current_trace().lift(s) for s in tree.leaves(seed))
@@ -138,10 +145,14 @@ class Residual:
     source: str | None  # the user's line that made it, when known
 
 
-def saved_residuals(fn, *args, argnums=None) -> list[Residual]:
+def saved_residuals(fn, *args, argnums=None, memory_budget=None, strategy=None) -> list[Residual]:
     """What the gradient of `fn(*args)` keeps between the forward and the backward pass, in the
-    order the forward pass makes it: arguments, then computed values."""
-    prog = _program(fn, args, argnums)
+    order the forward pass makes it: arguments, then computed values. With `memory_budget`,
+    the gradient planned for it (see `rm.grad`)."""
+    return _residuals_of(_program(fn, args, argnums, memory_budget=memory_budget, strategy=strategy))
+
+
+def _residuals_of(prog: _Program) -> list[Residual]:
     graph = prog.graph
     forward, backward = graph.nodes[: prog.n_forward], graph.nodes[prog.n_forward :]
     made_by_backward = {v for n in backward for v in n.outputs}
@@ -332,11 +343,12 @@ class _Recorder:
 
 
 def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, staged: bool | None = None,
-            static_argnums=()):
+            static_argnums=(), memory_budget=None, strategy=None):
     """Run one gradient step of `fn(*args)` (with `grad=False`: `fn` itself) on `backend` and
     report the live bytes it holds: the arrays it allocates, not its arguments. Arguments at
     `static_argnums` are passed as the Python values they are, as `rm.jit` passes them;
-    `argnums` counts every argument, static ones included.
+    `argnums` counts every argument, static ones included. With `memory_budget` (and
+    `strategy`), the step is the one planned for that budget, as `rm.grad` plans it.
 
     >>> import remat as rm
     >>> p = rm.memory.profile(lambda x: rm.sum(rm.tanh(x) * 2.0), rm.ones((256,)))
@@ -345,7 +357,7 @@ def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, 
     """
     check_backend(backend, "memory.profile")
     fn, args, argnums = bind_static(fn, args, static_argnums, argnums, "memory.profile")
-    prog = _program(fn, args, argnums, grad, "memory.profile")
+    prog = _program(fn, args, argnums, grad, "memory.profile", memory_budget, strategy)
     return _profile_numpy(prog) if backend == "numpy" else _profile_xla(prog, staged)
 
 
@@ -532,4 +544,34 @@ def _separate_labels(ax, renderer) -> None:
         labels[1].set_y(labels[1].get_position()[1] - step)
 
 
-__all__ = ["Residual", "Event", "StageFigure", "Profile", "saved_residuals", "print_saved_residuals", "profile", "plot"]
+# ---------------------------------------------------------------- the memory planner's report
+
+
+def plan_report(fn, *args, memory_budget, strategy=None, argnums=None):
+    """The plan `rm.grad(fn, memory_budget=...)` makes for `fn(*args)` (differentiated as
+    `saved_residuals` does): the strategy, the budget, the predicted peak, the values kept (with
+    their provenance) and those recomputed, the extra FLOPs, the solver's status and time.
+    `print(report)` prints it as `print_saved_residuals` does.
+
+    >>> import remat as rm
+    >>> layer = lambda h: h + rm.tanh(h)
+    >>> loss = lambda x: rm.sum(layer(layer(layer(layer(layer(layer(x)))))))
+    >>> report = rm.memory.plan_report(loss, rm.ones((1024,)), memory_budget=0.8)
+    >>> report.predicted_peak <= report.budget_bytes, report.strategy in ("chain", "milp"), len(report.recomputed)
+    (True, True, 4)
+    """
+    import dataclasses as dc
+
+    from remat.planner.solve import collect_reports
+
+    if memory_budget is None:
+        raise ArgumentValueError("memory.plan_report: memory_budget=None plans nothing; pass a budget, "
+                                 "e.g. memory_budget='300MiB' or memory_budget=0.5")
+    with collect_reports() as reports:
+        prog = _program(fn, args, argnums, where="memory.plan_report", memory_budget=memory_budget,
+                        strategy=strategy)
+    return dc.replace(reports[-1], kept=tuple(_residuals_of(prog)))
+
+
+__all__ = ["Residual", "Event", "StageFigure", "Profile", "saved_residuals", "print_saved_residuals", "profile", "plot",
+           "plan_report", "PlanReport", "PlanWarning"]

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 import remat as rm
+from remat.errors import ArgumentValueError
 
 PLANS = ("none", "layer", "sqrt")
 
@@ -31,7 +32,11 @@ def segment_length(plan: str | int, depth: int) -> int:
     """Layers per checkpoint segment for `plan` (0: no checkpoint)."""
     if isinstance(plan, int):
         return plan
-    return {"none": 0, "layer": 1, "dots": 1, "sqrt": max(1, round(math.sqrt(depth)))}[plan]
+    lengths = {"none": 0, "layer": 1, "dots": 1, "sqrt": max(1, round(math.sqrt(depth)))}
+    if not isinstance(plan, str) or plan not in lengths:
+        raise ArgumentValueError(f"checkpoint plan: plan={plan!r} is not one of {', '.join(map(repr, lengths))} "
+                                 "or an int (layers per checkpoint segment)")
+    return lengths[plan]
 
 
 def segments(n: int, seg: int) -> list[range]:
@@ -90,8 +95,11 @@ def causal_mask(seq: int) -> np.ndarray:
     return np.triu(np.full((seq, seq), -1e9, np.float32), k=1)
 
 
-def gpt_block(p: dict, h, heads: int, mask):
-    """Causal multi-head self-attention and a GELU MLP (4x wide), each after a layer norm."""
+def gpt_block(p: dict, h, heads: int, mask, head_major: bool = False):
+    """Causal multi-head self-attention and a GELU MLP (4x wide), each after a layer norm.
+    `head_major`: the columns of `p["qkv"]` are ordered (head, q/k/v, dh) rather than (q/k/v,
+    head, dh), so that a contiguous block of columns holds whole heads: the layout in which
+    tensor parallelism splits attention by heads (`remat.parallel.to_head_major`)."""
     b, t, d = h.shape
     dh = d // heads
 
@@ -99,7 +107,10 @@ def gpt_block(p: dict, h, heads: int, mask):
         return rm.permute_dims(rm.reshape(z, (b, t, heads, dh)), (0, 2, 1, 3))
 
     qkv = rm.nn.layer_norm(h, p["ln1_g"], p["ln1_b"]) @ p["qkv"]
-    q, k, v = split(qkv[..., :d]), split(qkv[..., d : 2 * d]), split(qkv[..., 2 * d :])
+    if head_major:  # (b, t, heads * 3 * dh) -> (3, b, heads, t, dh)
+        q, k, v = rm.permute_dims(rm.reshape(qkv, (b, t, heads, 3, dh)), (3, 0, 2, 1, 4))
+    else:
+        q, k, v = split(qkv[..., :d]), split(qkv[..., d : 2 * d]), split(qkv[..., 2 * d :])
     scores = (q @ rm.matrix_transpose(k)) * (1.0 / math.sqrt(dh)) + mask
     att = rm.reshape(rm.permute_dims(rm.nn.softmax(scores, axis=-1) @ v, (0, 2, 1, 3)), (b, t, d))
     h = h + att @ p["proj"]

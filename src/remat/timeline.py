@@ -29,7 +29,7 @@ import numpy as np
 from remat.graph import Graph, Node, Var
 
 _VIEWS = {"reshape", "permute_dims", "broadcast_to", "slice", "flip"}
-_IDENTITIES = {"stop_gradient", "checkpoint_name", "barrier"}  # output k is input k
+_IDENTITIES = {"stop_gradient", "checkpoint_name", "barrier", "shard"}  # output k is input k
 _INLINE = {"checkpoint", "custom_vjp"}  # blocks whose body runs once, in place
 
 
@@ -55,11 +55,12 @@ class _Buffer:
 @dataclass(frozen=True)
 class _Value:
     """What a Var holds: its buffer (None: the caller's), whether it is that buffer's own array
-    (not a view: only those can be written into) and whether it is contiguous (reshape views it)."""
+    (not a view: only those can be written into) and its strides in elements (None: C order),
+    which decide whether NumPy reshapes it in place or copies."""
 
     buffer: _Buffer | None
     base: bool = True
-    contiguous: bool = True
+    strides: tuple[int, ...] | None = None
 
 
 _EXTERNAL = _Value(None)
@@ -145,21 +146,61 @@ class _Model:
 def _view(node: Node, x: _Value) -> _Value:
     (out,) = node.outputs
     (src,) = node.inputs
+    strides = x.strides or _c_strides(src.shape)
     if node.op == "reshape":
-        # NumPy reshapes in place when the array is contiguous or only unit axes come and go;
-        # otherwise it copies.
-        if _squeezed(out.shape) == _squeezed(src.shape):
-            return _Value(x.buffer, False, x.contiguous)
-        return _Value(x.buffer, False, True) if x.contiguous else _Value(_Buffer(out.nbytes))
+        moved = _reshaped_strides(src.shape, strides, out.shape)
+        # A copying reshape returns a view of its copy: never written into (not `base`).
+        return _Value(_Buffer(out.nbytes), False) if moved is None else _Value(x.buffer, False, moved)
+    p = node.params
     if node.op == "permute_dims":
-        same = tuple(node.params["axes"]) == tuple(sorted(node.params["axes"])) or out.ndim < 2
-    else:  # broadcast_to, slice, flip
-        same = node.op != "flip" and out.shape == src.shape
-    return _Value(x.buffer, False, x.contiguous and same)
+        moved = tuple(strides[a] for a in p["axes"])
+    elif node.op == "slice":
+        moved = tuple(s * k for s, k in zip(strides, p["step"]))
+    elif node.op == "flip":
+        axes = {a % src.ndim for a in p["axes"]} if p.get("axes") is not None else set(range(src.ndim))
+        moved = tuple(-s if i in axes else s for i, s in enumerate(strides))
+    else:  # broadcast_to: new leading axes and stretched unit axes step by 0
+        lead = out.ndim - src.ndim
+        moved = (0,) * lead + tuple(0 if n == 1 and m != 1 else s
+                                    for n, m, s in zip(src.shape, out.shape[lead:], strides))
+    return _Value(x.buffer, False, moved)
 
 
-def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(n for n in shape if n != 1)
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def _reshaped_strides(shape, strides, new) -> tuple[int, ...] | None:
+    """The strides NumPy gives `reshape(new)` of an array of `shape` and `strides` without
+    copying, or None when it must copy (NumPy's `_attempt_nocopy_reshape`, C order)."""
+    if 0 in shape:
+        return _c_strides(new)
+    old = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    out = [0] * len(new)
+    oi, oj, ni, nj = 0, 1, 0, 1
+    while ni < len(new) and oi < len(old):
+        np_, op = new[ni], old[oi][0]
+        while np_ != op:
+            if np_ < op:
+                np_ *= new[nj]
+                nj += 1
+            else:
+                op *= old[oj][0]
+                oj += 1
+        if any(old[k][1] != old[k + 1][0] * old[k + 1][1] for k in range(oi, oj - 1)):
+            return None
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new[k]
+        ni, nj, oi, oj = nj, nj + 1, oj, oj + 1
+    last = out[ni - 1] if ni >= 1 else 1
+    for k in range(ni, len(new)):
+        out[k] = last
+    return tuple(out)
 
 
 def _donation(node: Node, dying: list[tuple[Var, _Value]]) -> _Value | None:

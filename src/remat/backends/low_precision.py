@@ -46,14 +46,15 @@ def numpy_convert(x: np.ndarray, *, dtype: np.dtype) -> np.ndarray:
 
 
 def xla_matmul(a, b):
+    """`a @ b` at the precision of the program being traced (see remat/precision.py)."""
     import jax.numpy as jnp
     from jax import lax
 
-    # HIGHEST: float32 products in float32 everywhere (no TF32 on GPUs), as NumPy computes them.
+    # No precision here: the program is traced inside JAX's setting, which remat.precision
+    # chooses (per call, per scope, or JAX's default), so every dot of it gets the same one.
     if a.dtype not in LOW:
-        return jnp.matmul(a, b, precision=lax.Precision.HIGHEST)
-    out = jnp.matmul(a, b, precision=lax.Precision.HIGHEST, preferred_element_type=ACCUMULATOR)
-    return lax.convert_element_type(out, a.dtype)
+        return jnp.matmul(a, b)
+    return lax.convert_element_type(jnp.matmul(a, b, preferred_element_type=ACCUMULATOR), a.dtype)
 
 
 def xla_reduce(fn: Callable) -> Callable:

@@ -107,6 +107,7 @@ IMPLS: dict[str, Callable] = {
     "stop_gradient": lambda x: x,
     "barrier": lambda *xs: xs,
     "checkpoint_name": lambda x, *, name: x,
+    "shard": lambda x, *, spec: x,  # where an array lives is XLA's business (remat/sharding.py)
     "checkpoint": _block,
     "custom_vjp": _block,  # runs fwd: the outputs, then the residuals
     "custom_jvp": _block,  # runs the function (the rule is for derivatives)

@@ -28,7 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from remat import precision as matmul_precision
 from remat.backends import low_precision, threefry
+from remat.backends.xla_layout import layout_of
 from remat.graph import Graph, Var
 from remat.loops import xla_impl
 
@@ -86,6 +88,11 @@ def _random_fold_in(key, data):
     return lax.bitcast_convert_type(threefry.fold_in(jnp, _u32(key), _u32(data)), jnp.int32)
 
 
+def _shard(x, *, spec):
+    # A bare PartitionSpec that met no mesh (a graph lowered outside rm.jit) says nothing XLA can use.
+    return x if spec.mesh is None else lax.with_sharding_constraint(x, spec.named())
+
+
 def _block(*args, body: Graph, **_):  # the other params are for the VJP rule
     # Forward evaluation inlines the body: its internals are temporaries of the enclosing executable.
     return tuple(evaluate(body, args))
@@ -118,7 +125,7 @@ IMPLS: dict[str, Callable] = {
     "sort": _sort,
     "floor_divide": lambda x, y: _by_nonzero(jnp.floor_divide, x, y),
     "remainder": lambda x, y: _by_nonzero(jnp.remainder, x, y),
-    "matmul": low_precision.xla_matmul,  # float32 at HIGHEST precision, the low dtypes accumulated in it
+    "matmul": low_precision.xla_matmul,  # at the program's precision, the low dtypes accumulated in float32
     # Negative indices count from the end, the rest is clamped (ops/indexing.py): "clip" in both,
     # so the gradient (index_add) lands where take read.
     # jnp.asarray: a graph constant reaches the lowering as a NumPy array, which has no `.at`.
@@ -127,6 +134,7 @@ IMPLS: dict[str, Callable] = {
     "stop_gradient": lambda x: x,
     "barrier": lambda *xs: lax.optimization_barrier(xs),
     "checkpoint_name": lambda x, *, name: x,
+    "shard": _shard,
     "checkpoint": _block,
     "custom_vjp": _block,  # runs fwd: the outputs, then the residuals
     "custom_jvp": _block,  # runs the function (the rule is for derivatives)
@@ -298,12 +306,16 @@ class Program:
     """A Graph planned into stages. `str()` is the StableHLO of every stage; `compile()` gives
     the callable that runs them."""
 
-    def __init__(self, graph: Graph, staged: bool | None = None):
+    def __init__(self, graph: Graph, staged: bool | None = None, precision: str | None = None,
+                 in_shardings=None, out_shardings=None):
         self.graph = graph
+        self.precision = matmul_precision.effective(precision)  # fixed now: later scopes do not change it
         self.staged = default_staged() if staged is None else bool(staged)
         self.stages = plan(graph, self.staged)
         self.x64 = any(v.dtype.itemsize == 8 for v in _all_vars(graph))
         self._lowered: dict[tuple, jax.stages.Lowered] = {}
+        self.layout = layout_of(graph, in_shardings, out_shardings)
+        self._placed: dict[tuple, jax.stages.Compiled] | None = None
 
     def mode(self):
         """64-bit dtypes need JAX's x64 mode while tracing, transferring and running."""
@@ -318,13 +330,38 @@ class Program:
             def stage_fn(*xs):
                 return evaluate(g, xs)
 
-            with self.mode(), warnings.catch_warnings():
+            shardings = {} if self.layout is None else self.layout.jit_options(stage)
+            with self.mode(), matmul_precision.lowering(self.precision), self._on_mesh(), warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*donated buffers.*")
-                hit = jax.jit(stage_fn, donate_argnums=stage.donate).lower(*avals)
+                hit = jax.jit(stage_fn, donate_argnums=stage.donate, **shardings).lower(*avals)
             self._lowered[stage.key] = hit
         return hit
 
+    def _on_mesh(self):
+        """A sharded program's stages are traced on its mesh: one that reads no sharded value
+        (a stage of constants) still runs on the mesh's devices, replicated."""
+        return contextlib.nullcontext() if self.layout is None else jax.set_mesh(self.layout.mesh)
+
+    def placed(self) -> dict[tuple, jax.stages.Compiled]:
+        """A sharded program's executables, one per distinct stage, compiled in order: each stage
+        takes its inputs as the stages before it left them (XLA's partitioner chooses the
+        shardings of a stage's outputs, those asked for in out_shardings aside), so values stay
+        sharded on the devices from one stage to the next. A stage's key gains its shardings."""
+        if self._placed is None:
+            compiled: dict[tuple, jax.stages.Compiled] = {}
+            for stage in self.stages:
+                ins, outs = self.layout.jit_options(stage).values()
+                stage.key = (stage.key, ins, tuple(outs))
+                if stage.key not in compiled:
+                    compiled[stage.key] = self.lowered(stage).compile()
+                placed = jax.tree.leaves(compiled[stage.key].output_shardings)
+                self.layout.placed.update(zip(stage.graph.outputs, placed))
+            self._placed = compiled
+        return self._placed
+
     def as_text(self) -> str:
+        if self.layout is not None:
+            self.placed()
         if not self.staged:
             return self.lowered(self.stages[0]).as_text()
         first: dict[tuple, int] = {}
@@ -370,13 +407,15 @@ class Runner:
             compiled = _compile_distinct(program)
             # Constants the stages take as inputs (non-scalars) or the caller gets back, on the device once.
             wanted = {v: a for v, a in graph.constants.items() if a.ndim or v in graph.outputs}
-            self._consts = dict(zip(wanted, jax.device_put(list(wanted.values()))))
+            where = None if program.layout is None else [program.layout.replicated] * len(wanted)
+            self._consts = dict(zip(wanted, jax.device_put(list(wanted.values()), where)))
         self._steps = [(s, compiled[s.key]) for s in program.stages]
         self._shared, self._returned = _argument_uses(graph, program.stages)
         self.executables = len(compiled)
         temp = {key: _temp_bytes(executable) for key, executable in compiled.items()}
         temps = [temp[s.key] for s in program.stages]
-        self._memory = StageMemory(program.stages, temps, set(graph.inputs) | set(self._consts))
+        size = None if program.layout is None else program.layout.device_bytes
+        self._memory = StageMemory(program.stages, temps, set(graph.inputs) | set(self._consts), size)
         self.last_memory: StageMemory | None = None
 
     def __call__(self, *args) -> list:
@@ -392,7 +431,8 @@ class Runner:
                 del ins  # the last references to dead inputs: XLA may free them now
                 env.update(zip(stage.graph.outputs, outs))
             self.last_memory = self._memory
-            return [env[v] for v in graph.outputs]
+            outs = [env[v] for v in graph.outputs]
+            return outs if self.program.layout is None else self.program.layout.finish(outs)
 
     def _arguments(self, args) -> list:
         """The caller's arrays as the stages take them. A NumPy array read by one stage goes to
@@ -402,6 +442,8 @@ class Runner:
         copied first: on the CPU, `device_put` keeps an aligned NumPy array's memory instead of
         copying it (`may_alias=False` notwithstanding), so the result would change with it."""
         out = [_typed(a, v.dtype) for v, a in zip(self.program.graph.inputs, args)]
+        if self.program.layout is not None:
+            return self.program.layout.arguments(out, self._returned)
         shared = [k for k in self._shared if isinstance(out[k], np.ndarray)]
         returned = [k for k in self._returned if isinstance(out[k], np.ndarray)]
         if shared or returned:
@@ -415,9 +457,12 @@ class StageMemory:
     """Bytes a staged run holds, per stage: `live` after it (values of the run, not the caller's
     arguments or constants) and `high` while it runs (also its outputs and XLA's temporaries,
     less the inputs it donates). The schedule is fixed, so this is worked out once, from the
-    shapes and XLA's own buffer report, not counted on every call."""
+    shapes and XLA's own buffer report, not counted on every call. For a sharded program the
+    bytes are those of one device: `size(v)` is the bytes of v's shard (XLA's report is per
+    device already)."""
 
-    def __init__(self, stages: list[Stage], temps: list[int], external: set[Var]):
+    def __init__(self, stages: list[Stage], temps: list[int], external: set[Var],
+                 size: Callable[[Var], int] | None = None):
         self.temp = list(temps)  # XLA's temporary buffers per stage, as its memory analysis reports
         self.live: list[int] = []
         self.high: list[int] = []
@@ -425,11 +470,12 @@ class StageMemory:
         # Kept as a running total: every value of the run is made by one stage and dies in one
         # (the last that reads it), so each is added and taken off once, and the work is linear
         # in the graph, not stages x live values.
+        size = size or _var_bytes
         for stage, temp in zip(stages, temps):
-            made = _nbytes(stage.graph.outputs)
-            donated = _nbytes(stage.graph.inputs[k] for k in stage.donate)
+            made = sum(map(size, stage.graph.outputs))
+            donated = sum(size(stage.graph.inputs[k]) for k in stage.donate)
             self.high.append(held + temp + made - donated)
-            held += made - _nbytes(v for v in stage.dead if v not in external)
+            held += made - sum(size(v) for v in stage.dead if v not in external)
             self.live.append(held)
 
     @property
@@ -437,13 +483,15 @@ class StageMemory:
         return max(self.high + self.live, default=0)
 
 
-def _nbytes(vars_) -> int:
-    return sum(math.prod(v.shape) * v.dtype.itemsize for v in vars_)
+def _var_bytes(v: Var) -> int:
+    return math.prod(v.shape) * v.dtype.itemsize
 
 
 def _compile_distinct(program: Program) -> dict[tuple, jax.stages.Compiled]:
     """One executable per distinct stage: a 1,000-layer model has three, not 1,000 (compiling
     an already compiled Lowered again costs milliseconds even when JAX's cache answers)."""
+    if program.layout is not None:
+        return program.placed()
     compiled: dict[tuple, jax.stages.Compiled] = {}
     for stage in program.stages:
         if stage.key not in compiled:
@@ -477,11 +525,15 @@ def _typed(a, dtype: np.dtype):
     return a if a.dtype == dtype else a.astype(dtype)
 
 
-def lower(graph: Graph, staged: bool | None = None) -> Program:
-    """The program for `graph`; `.as_text()` lowers it to StableHLO without compiling."""
-    return Program(graph, staged)
+def lower(graph: Graph, staged: bool | None = None, precision: str | None = None,
+          in_shardings=None, out_shardings=None) -> Program:
+    """The program for `graph`; `.as_text()` lowers it to StableHLO without compiling (a sharded
+    program compiles its stages in order: each takes the shardings the one before chose).
+    `in_shardings`/`out_shardings`: one `NamedSharding` or None per graph input/output."""
+    return Program(graph, staged, precision, in_shardings, out_shardings)
 
 
-def compile(graph: Graph, staged: bool | None = None) -> Callable:
+def compile(graph: Graph, staged: bool | None = None, precision: str | None = None,
+            in_shardings=None, out_shardings=None) -> Callable:
     """A callable running `graph` on NumPy or JAX arrays; it returns JAX arrays."""
-    return Program(graph, staged).compile()
+    return Program(graph, staged, precision, in_shardings, out_shardings).compile()

@@ -26,14 +26,15 @@ def loss_fn(size, plan: str):
     return lambda p, x: gpt_loss(p, x, plan, size.heads)
 
 
-def build(size, plan: str, params, data, backend: str, staged: bool | None = None):
+def build(size, plan: str | float, params, data, backend: str, staged: bool | None = None):
     """`(step, finish)`: `step()` runs one training step (loss and gradients with respect to the
     parameters) compiled ahead of time; `finish(out)` waits for it and gives the loss. `staged`
-    is `rm.jit`'s XLA execution mode."""
-    fn = loss_fn(size, plan)
+    is `rm.jit`'s XLA execution mode. A float `plan` is no hand-placed checkpoint and that
+    `memory_budget=` (a fraction of the activation memory): the planner places them."""
     to = (lambda a: a) if backend == "numpy" else _device
     params, data = rm.tree.map(to, params), rm.tree.map(to, data)
-    compiled = rm.jit(rm.value_and_grad(fn), backend=backend, staged=staged).lower(params, data).compile()
+    step_fn = step_function(size, plan)
+    compiled = rm.jit(step_fn, backend=backend, staged=staged).lower(params, data).compile()
 
     def finish(out):
         loss, grads = out
@@ -46,6 +47,14 @@ def build(size, plan: str, params, data, backend: str, staged: bool | None = Non
     step = lambda: compiled(params, data)  # noqa: E731
     step.compiled = compiled
     return step, finish
+
+
+def step_function(size, plan: str | float):
+    """`value_and_grad` of `size`'s loss: hand-placed checkpoints (`plan` a name) or planned
+    ones (`plan` a float, the `memory_budget=`)."""
+    if isinstance(plan, float):
+        return rm.value_and_grad(loss_fn(size, "none"), memory_budget=plan)
+    return rm.value_and_grad(loss_fn(size, plan))
 
 
 def _device(a: np.ndarray):

@@ -1,0 +1,451 @@
+"""`remat bench --planner`: the memory-budget planner (`memory_budget=`) against hand-placed
+checkpoints, on the residual MLP (64 layers) and the GPT-style model (8 blocks), on NumPy and on
+XLA (staged, as `rm.jit` runs on the CPU).
+
+Each step is one `value_and_grad` of the model's loss with respect to its parameters. A plan is
+hand-placed ("none", "layer", "sqrt", "dots": see `remat.models`) or planned: a float, the
+`memory_budget=` as a fraction of the activation memory of the step without checkpoints. Every
+figure is measured as `remat bench` measures it, in processes of their own (`remat.bench.worker`):
+
+- peak: on NumPy the evaluator's count of live bytes (tracemalloc's beside it); on XLA the rise of
+  resident memory during the step's first run, in a fresh process started with
+  `MALLOC_MMAP_THRESHOLD_=65536`. Both leave out the arguments (parameters and data).
+- time: the step's time over the step without checkpoints, the median of per-round ratios, all
+  steps of one backend timed in each round in rotated order. A second, separately built step
+  without checkpoints is timed with them: its ratio to the first is the noise of this run.
+- predicted peak, budget in bytes, strategy and FLOPs: the planner's report (a `PlanReport`, as
+  `rm.memory.plan_report` prints it) of the very plan measured, caught while the step is built:
+  planning may differ from one trace to the next, so each process reports its own plan and the
+  tables name the budgets whose timed plan differs from the measured one (`replanned`);
+- gradients: the measured planned step's against the step's without checkpoints, built in the
+  same process (bitwise and as the largest relative difference);
+- FLOPs: the cost model's count of the whole step (recomputation included) over the count
+  without checkpoints.
+
+PyTorch's hand-placed checkpoints (`torch.utils.checkpoint`, eager) are measured beside them
+when PyTorch is installed (its resident memory, as for XLA).
+
+The Pareto check: at every budget, the planned step is no slower than any hand-placed plan whose
+measured peak is at or below the planned step's, up to the noise (see `pareto`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import re
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from remat.bench.config import GPT, MLP, PLAN_NAMES, inputs, size_from_dict, size_to_dict
+
+SIZES = {
+    # Activations dominate the parameters: 64 layers of (1024, 128) float32 (512 KiB each, above
+    # the mmap threshold, so resident memory follows them) against 4 MiB of weights.
+    ("mlp", False): MLP(depth=64, width=128, batch=1024),
+    ("mlp", True): MLP(depth=16, width=64, batch=512),
+    # Attention scores (16, 4, 128, 128) are 4 MiB a block; the weights are 1.6 MiB in all.
+    ("gpt", False): GPT(layers=8, d_model=64, heads=4, seq=128, batch=16, vocab=256),
+    ("gpt", True): GPT(layers=2, d_model=32, heads=2, seq=64, batch=8, vocab=64),
+}
+MODELS = ("mlp", "gpt")
+HAND = ("none", "layer", "sqrt", "dots")
+BUDGETS = (0.25, 0.5, 0.75)  # the issue's budgets
+SWEEP = (0.15, 0.35, 0.6, 0.9)  # more points on the curve
+FRAMEWORK = {"numpy": "remat-numpy", "xla": "remat-xla", "torch": "torch"}  # torch: hand-placed plans only
+ROUNDS = {False: 9, True: 3}
+MiB = 2**20
+
+
+def planner_available() -> bool:
+    """Whether `rm.value_and_grad` takes `memory_budget=` (the planner has landed)."""
+    import remat as rm
+
+    return "memory_budget" in inspect.signature(rm.value_and_grad).parameters
+
+
+def backends_here() -> list[str]:
+    """remat's backends, and PyTorch (its hand-placed checkpoints, for comparison) when installed."""
+    found = lambda name: importlib.util.find_spec(name) is not None  # noqa: E731
+    return ["numpy"] + ["xla"] * found("jax") + ["torch"] * found("torch")
+
+
+def plans_for(backend: str, budgets) -> list:
+    """PyTorch has neither a planner nor dots_saveable."""
+    return ["none", "layer", "sqrt"] if backend == "torch" else [*HAND, *budgets]
+
+
+def plan_label(plan: str | float) -> str:
+    return f"budget {plan:.0%}" if isinstance(plan, float) else PLAN_NAMES[plan]
+
+
+# ---------------------------------------------------------------- in the worker
+
+
+def flops_job(job: dict) -> dict:
+    """A hand-placed plan's FLOPs (the cost model's count of the whole step, recomputation
+    included) over the step's without checkpoints. (A planned step's is its report's.)"""
+    import remat as rm
+    from remat.bench import impl_remat
+    from remat.planner.cost import flops
+
+    size = size_from_dict(job["size"])
+    params, data = inputs(size)
+    count = {p: flops(rm.make_graph(impl_remat.step_function(size, p))(params, data)) for p in ("none", job["plan"])}
+    return {"flops": count[job["plan"]] / count["none"]}
+
+
+def memory_job(job: dict) -> dict:
+    """`remat.bench.worker.memory_job` for a planned step, plus what the planner reported for the
+    very plan measured (planning may differ from one trace to the next: the MILP runs under a
+    time limit), and whether its gradients equal those of the step without checkpoints."""
+    from remat.bench import worker
+
+    framework, size = job["framework"], size_from_dict(job["size"])
+    try:
+        with _reports() as reports:
+            step, finish = worker.build(framework, size, job["plan"])
+    except ValueError as e:  # below the smallest feasible peak: the planner says so
+        if "memory_budget" not in str(e):
+            raise
+        return {"infeasible": re.sub(r" \(at [^()]*\)$", "", str(e).splitlines()[0])}  # not the worker's line
+    out = {**worker.measure_memory(framework, step, finish), **_report_figures(reports[-1])}
+    out["grads"] = _compare_grads(step(), worker.build(framework, size, "none")[0]())
+    return out
+
+
+def time_job(job: dict) -> dict:
+    """`remat.bench.worker.time_job`, plus the fingerprint of each planned step's plan."""
+    from remat.bench import worker
+
+    with _reports() as reports:
+        out = worker.time_job(job)
+    out["plans"] = [_fingerprint(r) for r in reports]
+    return out
+
+
+JOBS = {"planner-flops": flops_job, "planner-memory": memory_job, "planner-time": time_job}
+
+
+def _reports():
+    from remat.planner.solve import collect_reports
+
+    return collect_reports()
+
+
+def _fingerprint(report) -> str:
+    """Names a plan: equal plans, equal fingerprints."""
+    import hashlib
+
+    return hashlib.sha1(repr(report.plan).encode()).hexdigest()[:8]
+
+
+def _report_figures(report) -> dict:
+    """The report's figures, bytes counted as measured peaks are: without the step's inputs and
+    constants (`base`), which every plan holds and the budget includes."""
+    base = int(report.base_bytes)
+    return {"predicted": int(report.predicted_peak) - base, "budget": int(report.budget_bytes) - base, "base": base,
+            "strategy": report.strategy, "flops": 1.0 + report.extra_flops_ratio, "plan": _fingerprint(report),
+            "solver": f"{report.solver_status} in {report.solver_time:.1f} s"}
+
+
+def _compare_grads(planned, plain) -> dict:
+    """`{"equal": bitwise, "max_rel": largest |planned - plain| / max |plain| over the leaves}`
+    of two `(loss, grads)` results."""
+    import remat as rm
+
+    a, b = ([np.asarray(x) for x in rm.tree.leaves(r)] for r in (planned, plain))
+    equal = all(np.array_equal(x, y) for x, y in zip(a, b))
+    rel = max(float(np.max(np.abs(x - y))) / max(float(np.max(np.abs(y))), 1e-30) for x, y in zip(a, b))
+    return {"equal": equal, "max_rel": rel}
+
+
+# ---------------------------------------------------------------- in the parent: running the jobs
+
+
+def _jobs(jobs: list[dict], processes: int) -> list[dict]:
+    from remat.bench import _subprocess
+
+    with ThreadPoolExecutor(max_workers=processes) as pool:
+        return list(pool.map(_subprocess, jobs))
+
+
+def measure_model(model: str, quick: bool = False, backends=None, budgets=None, log=print,
+                  timing: bool = True) -> dict:
+    """`{"model", "size", "rows": {(backend, plan): {...}}, "noise": {backend: [ratios]},
+    "infeasible": {budget: message}, "timed_plans": {backend: [fingerprints]}}` for one model."""
+    size = SIZES[model, quick]
+    backends = list(backends or backends_here())
+    budgets = [float(b) for b in (budgets if budgets is not None else BUDGETS + SWEEP)]
+    if budgets and not planner_available():
+        log("memory_budget= is not there yet: hand-placed plans only")
+        budgets = []
+    sized = size_to_dict(size)
+    memory = [{"job": "planner-memory" if isinstance(p, float) else "memory", "framework": FRAMEWORK[be],
+               "plan": p, "size": sized} for be in backends for p in plans_for(be, budgets)]
+    rows = {(_backend_of(job), job["plan"]): res for job, res in zip(memory, _jobs(memory, 2))}
+    log(f"{model}: memory")
+    if importlib.util.find_spec("remat.planner.cost"):
+        flops = dict(zip(HAND, _jobs([{"job": "planner-flops", "plan": p, "size": sized} for p in HAND], 2)))
+        for (_, plan), row in rows.items():
+            row.update(flops.get(plan, {}))
+    infeasible = {p: r["infeasible"] for (_, p), r in rows.items() if "infeasible" in r}
+    rows = {k: r for k, r in rows.items() if k[1] not in infeasible}
+    feasible = [b for b in budgets if b not in infeasible]
+    noise, timed = {}, {}
+    for be in backends if timing else ():
+        plans = plans_for(be, feasible)
+        entries = [(FRAMEWORK[be], p) for p in ["none", *plans]]  # "none" twice: the noise control
+        (res,) = _jobs([{"job": "planner-time", "size": sized, "rounds": ROUNDS[quick], "entries": entries}], 1)
+        times = {k.split("/", 1)[1]: v for k, v in res["times"].items()}
+        for p in plans:
+            rows[be, p]["times"] = times[str(p)]
+        noise[be] = _ratios(times["none'"], times["none"])
+        timed[be] = dict(zip([p for p in plans if isinstance(p, float)], res["plans"]))  # built in this order
+        log(f"{model}: time on {be}")
+    return {"model": model, "size": size, "rows": rows, "noise": noise, "infeasible": infeasible, "timed_plans": timed}
+
+
+def _backend_of(job: dict) -> str:
+    return next(be for be, fw in FRAMEWORK.items() if fw == job["framework"])
+
+
+def _ratios(times: list[float], base: list[float]) -> list[float]:
+    return [a / b for a, b in zip(times, base)]
+
+
+def time_ratio(row: dict, base: dict) -> float | None:
+    """The median of the per-round ratios of `row`'s step time to `base`'s."""
+    if "times" not in row or "times" not in base:
+        return None
+    return statistics.median(_ratios(row["times"], base["times"]))
+
+
+def noise_of(ratios: list[float]) -> float:
+    """How far two identical steps' median time ratio may land from 1 in this run: the largest
+    distance from 1 of the median of any half of the control's per-round ratios (a median over
+    fewer rounds than a compared one, so it errs towards more noise), at least 2%."""
+    if not ratios:
+        return 0.05
+    half = max(1, len(ratios) // 2)
+    medians = [statistics.median(ratios[i : i + half]) for i in range(len(ratios) - half + 1)]
+    return max(0.02, max(abs(m - 1) for m in medians))
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def pareto(result: dict, backend: str) -> list[str]:
+    """The budgets whose planned step is slower, beyond the noise, than a hand-placed plan whose
+    measured peak is at or below the planned step's own: one line each (empty: Pareto holds)."""
+    rows, fails = result["rows"], []
+    none = rows.get((backend, "none"), {})
+    tol = noise_of(result["noise"].get(backend, []))
+    for (be, plan), row in rows.items():
+        if be != backend or not isinstance(plan, float) or "peak" not in row:
+            continue
+        mine = time_ratio(row, none)
+        for hand in HAND:
+            other = rows.get((backend, hand), {})
+            theirs = time_ratio(other, none)
+            if mine is None or theirs is None or other.get("peak", np.inf) > row["peak"]:
+                continue
+            if mine > theirs + tol:
+                fails.append(f"{result['model']} {backend} {plan_label(plan)}: time {mine:.2f}x > "
+                             f"{PLAN_NAMES[hand]} {theirs:.2f}x (+{tol:.2f} noise) at peak "
+                             f"{other['peak'] / MiB:.1f} <= {row['peak'] / MiB:.1f} MiB")
+    return fails
+
+
+def budget_checks(result: dict) -> list[str]:
+    """Each planned row against the issue's bars: measured peak <= budget + 5%, predicted within
+    10% of measured, gradients equal. One line per miss (empty: all met)."""
+    fails = []
+    for (be, plan), row in result["rows"].items():
+        if not isinstance(plan, float) or "peak" not in row:
+            continue
+        name = f"{result['model']} {be} {plan_label(plan)}"
+        total, budget = row["peak"] + row["base"], row["budget"] + row["base"]
+        if total > 1.05 * budget:
+            fails.append(f"{name}: measured {total / MiB:.2f} MiB > budget {budget / MiB:.2f} MiB + 5% "
+                         f"(inputs and constants included: {row['base'] / MiB:.2f} MiB)")
+        if abs(row["predicted"] - row["peak"]) > 0.10 * row["peak"]:
+            fails.append(f"{name}: predicted {row['predicted'] / MiB:.2f} MiB vs measured {row['peak'] / MiB:.2f} MiB")
+        grads = row["grads"]
+        if not (grads["equal"] if be == "numpy" else grads["max_rel"] <= 1e-5):
+            fails.append(f"{name}: gradients differ (largest relative difference {grads['max_rel']:.1e})")
+    return fails
+
+
+# ---------------------------------------------------------------- printing and plotting
+
+
+def table(result: dict, backend: str) -> str:
+    rows = result["rows"]
+    none = rows[backend, "none"]
+    head = ["plan", "budget MiB", "predicted MiB", "measured peak MiB", "vs none", "step time", "FLOPs", "gradients"]
+    lines = [f"**{result['size'].describe()}, {_BACKEND_NAMES[backend]}**", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (be, plan), row in sorted(rows.items(), key=lambda kv: _order(kv[0][1])):
+        if be != backend:
+            continue
+        ratio = time_ratio(row, none)
+        cells = [plan_label(plan) + (f" ({row['strategy']})" if "strategy" in row else ""),
+                 _mib(row.get("budget")), _mib(row.get("predicted")), _measured(row),
+                 f"{row['peak'] / none['peak']:.2f}x" if "peak" in row else "n/a",
+                 f"{ratio:.2f}x" if ratio is not None else "n/a",
+                 f"{row['flops']:.2f}x" if "flops" in row else "n/a", _grads(row, backend)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", _notes(result, backend)]
+    return "\n".join(lines)
+
+
+_BACKEND_NAMES = {"numpy": "remat · NumPy (evaluator count)", "xla": "remat · XLA staged (resident memory)",
+                  "torch": "PyTorch eager, torch.utils.checkpoint (resident memory)"}
+
+
+def _order(plan) -> tuple:
+    return (1, plan) if isinstance(plan, float) else (0, HAND.index(plan))
+
+
+def _measured(row: dict) -> str:
+    own = f" (XLA's report: {row['xla_own'] / MiB:.1f})" if "xla_own" in row else ""
+    return _mib(row.get("peak")) + own
+
+
+def _mib(n) -> str:
+    return "" if n is None else f"{n / MiB:.1f}"
+
+
+def _grads(row: dict, backend: str) -> str:
+    g = row.get("grads")
+    if g is None:
+        return ""
+    return "bit-identical" if g["equal"] else f"max rel. diff {g['max_rel']:.0e}"
+
+
+def _notes(result: dict, backend: str) -> str:
+    out = []
+    ratios = result["noise"].get(backend)
+    if ratios:
+        out.append(f"Noise (a second step without checkpoints against the first): median "
+                   f"{statistics.median(ratios):.2f}x, tolerance {noise_of(ratios):.2f}.")
+    rows = [r for (be, _), r in result["rows"].items() if be == backend and "tracemalloc" in r]
+    if rows:
+        traced = max(abs(r["peak"] - r["tracemalloc"]) / r["tracemalloc"] for r in rows)
+        out.append(f"tracemalloc agrees with the evaluator's count within {traced:.1%}.")
+    for b, why in result.get("infeasible", {}).items():
+        out.append(f"Budget {b:.0%}: infeasible ({why.splitlines()[0]})")
+    differ = replanned(result, backend)
+    if differ:
+        out.append("The planner chose another plan when the step was built again (for timing) at: "
+                   + ", ".join(plan_label(b) for b in differ) + ".")
+    return " ".join(out)
+
+
+def replanned(result: dict, backend: str) -> list[float]:
+    """The budgets whose plan, built again in the timing process, differs from the plan measured
+    for memory (the MILP runs under a time limit, so two traces may get two plans)."""
+    timed = result.get("timed_plans", {}).get(backend, {})
+    return [b for b, fp in timed.items() if result["rows"][backend, b]["plan"] != fp]
+
+
+def plot(results: list[dict], path) -> Path:
+    """Per model: budget -> measured peak (left), measured peak -> step-time ratio with the
+    hand-placed plans (right), one colour per backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 2, figsize=(11, 4.2 * len(results)), squeeze=False)
+    for (left, right), result in zip(axes, results):
+        _plot_budget(left, result)
+        _plot_pareto(right, result)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+_COLOURS = {"numpy": "tab:blue", "xla": "tab:orange", "torch": "tab:green"}
+
+
+def _plot_budget(ax, result: dict) -> None:
+    for be in _COLOURS:
+        pts = sorted((p, r) for (b, p), r in result["rows"].items() if b == be and isinstance(p, float) and "peak" in r)
+        if pts:
+            ax.plot([r["budget"] / MiB for _, r in pts], [r["peak"] / MiB for _, r in pts], "o-",
+                    color=_COLOURS[be], label=f"measured, {be}")
+            ax.plot([r["budget"] / MiB for _, r in pts], [r["predicted"] / MiB for _, r in pts], "x:",
+                    color=_COLOURS[be], label=f"predicted, {be}")
+    lim = ax.get_xlim()
+    ax.plot(lim, lim, color="grey", lw=0.8, label="peak = budget")
+    ax.set(xlabel="budget (MiB)", ylabel="peak (MiB)", title=f"{result['size'].describe()}: budget → peak")
+    ax.title.set_fontsize(8)
+    ax.legend(fontsize=7)
+
+
+def _plot_pareto(ax, result: dict) -> None:
+    for be in _COLOURS:
+        none = result["rows"].get((be, "none"), {})
+        pts = sorted((r["peak"], time_ratio(r, none)) for (b, p), r in result["rows"].items()
+                     if b == be and isinstance(p, float) and "peak" in r and "times" in r)
+        if pts:
+            ax.plot(*zip(*pts), "o-", color=_COLOURS[be], label=f"planner, {be}")
+        for hand in HAND:
+            r = result["rows"].get((be, hand))
+            if r and "peak" in r and "times" in r:
+                ax.plot(r["peak"], time_ratio(r, none), "s", color=_COLOURS[be], mfc="none")
+                name = PLAN_NAMES[hand] + (" (torch)" if be == "torch" else "")
+                ax.annotate(name, (r["peak"], time_ratio(r, none)), fontsize=7, xytext=(4, 4),
+                            textcoords="offset points")
+    ax.xaxis.set_major_formatter(lambda v, _: f"{v / MiB:.0f}")
+    ax.set(xlabel="measured peak (MiB)", ylabel="step time / no checkpoint", title="planner vs hand-placed")
+    ax.legend(fontsize=7)
+
+
+# ---------------------------------------------------------------- the whole benchmark
+
+
+def run(quick: bool = False, out: str | None = None, png: str | None = None, models=None, frameworks=None) -> int:
+    """Measure, print the tables and the checks (and write them to `out`, the picture to `png`);
+    `models` and `frameworks` are lists of names (all when None). Returns 1 when a check fails."""
+    models, backends = _names(models, frameworks)
+    start = time.perf_counter()
+    log = lambda msg: print(f"  [{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr)  # noqa: E731
+    results = [measure_model(m, quick, backends, log=log) for m in models]
+    sections, fails = [], []
+    for result in results:
+        for be in backends:
+            sections.append(table(result, be))
+            fails += pareto(result, be)
+        fails += budget_checks(result)
+    sections.append("All checks met." if not fails else "NOT MET:\n" + "\n".join(f"- {f}" for f in fails))
+    text = "\n\n".join(sections)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+    if png:
+        log(f"picture written to {plot(results, png)}")
+    return 1 if fails else 0
+
+
+def _names(models, frameworks) -> tuple[list[str], list[str]]:
+    """The models and backends asked for, checked as `remat bench` checks its own."""
+    from remat.errors import ArgumentTypeError, ArgumentValueError
+
+    here = [FRAMEWORK[b] for b in backends_here()]
+    for name, known, given in (("models", MODELS, models), ("frameworks", here, frameworks)):
+        if isinstance(given, str):
+            raise ArgumentTypeError(f"bench --planner: {name} must be a list of names, got {given!r}; use [{given!r}]")
+        bad = [g for g in given or () if g not in known]
+        if bad:
+            raise ArgumentValueError(f"bench --planner: unknown {name[:-1]} {bad[0]!r}; known here: {', '.join(known)}")
+    backends = [be for be, fw in FRAMEWORK.items() if fw in (frameworks or here)]
+    return list(models or MODELS), backends

@@ -1,0 +1,9 @@
+"""The memory-budget planner: from a gradient step's traced forward graph and a budget, the
+checkpoint blocks (and the values they keep) that make the step fit at the least recomputation.
+
+- `plan` — `Block`, `Plan` and `apply` (a plan as ordinary checkpoint nodes);
+- `cost` — FLOPs per node; `peak` — the exact peak of a planned step (the evaluator's count);
+- `stages` — the graph as a chain of stages between cheap cuts;
+- `sqrt`, `chain`, `milp` — strategies; `solve.plan_step` picks one and verifies it;
+- `budget` — parsing `memory_budget=`; `report` — `PlanReport`.
+"""

@@ -1,0 +1,114 @@
+"""The exact memory of a planned gradient step: the NumPy evaluator's count, worked out from
+shapes by `remat.timeline.predict` on the whole step (forward, then backward) — the figure
+`rm.memory.profile(...).peak_bytes` measures. Every strategy checks its plans against it.
+
+The step built from a forward `graph` is what `rm.vjp` builds: the graph replayed, then its
+backward pass seeded with ones for the first `seeded` outputs (default: every float output),
+returning the outputs and the cotangents of the first `wrt` inputs (default: every float input).
+
+Figures (bytes):
+
+- `step_peak(graph, plan)`: the most the step allocates at once. Like `rm.memory.profile`, it
+  leaves out the step's inputs and constants, which live whatever the plan;
+- `base_bytes(graph)`: those inputs and constants;
+- `total_peak(graph, plan) = base_bytes + step_peak`: what a `memory_budget` bounds;
+- `activation_bytes(graph) = step_peak(graph)`: what the unplanned step allocates — the
+  "activation memory" a fractional budget is a fraction of. (planner_api.md wrote
+  `step_peak - base_bytes`; since `step_peak` leaves the base out already, it is `step_peak`.)
+
+>>> import remat as rm
+>>> g = rm.make_graph(lambda x: rm.sum(rm.tanh(x) * 2.0))(rm.ones((256,)))
+>>> step_peak(g) == rm.memory.profile(lambda x: rm.sum(rm.tanh(x) * 2.0), rm.ones((256,))).peak_bytes
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from remat import dtypes, timeline
+from remat.graph import Graph, Var
+from remat.planner.plan import NO_PLAN, Plan, apply
+from remat.trace import Tensor, new_trace
+
+
+@dataclass(frozen=True)
+class Step:
+    """Which inputs the step differentiates (the first `wrt`) and which outputs it seeds (the
+    first `seeded`); None: every float one."""
+
+    wrt: int | None = None
+    seeded: int | None = None
+
+
+ALL = Step()
+
+
+def step_graph(graph: Graph, plan: Plan = NO_PLAN, step: Step = ALL) -> Graph:
+    """The gradient step of `graph` with `plan` applied, as one Graph (forward nodes first)."""
+    return traced_step(apply(graph, plan), step).graph
+
+
+@dataclass(frozen=True)
+class TracedStep:
+    """A step's Graph; `owner` maps each Var its forward nodes make to the index of the node of
+    the forward graph that made it (a custom_vjp's forward is several nodes of the step)."""
+
+    graph: Graph
+    owner: dict[Var, int]
+
+    def kept(self) -> dict[Var, int]:
+        """The forward values the backward pass reads (what the gradient keeps), with owners."""
+        made_back = {v for n in self.graph.nodes for v in n.outputs if v not in self.owner}
+        reads = {v for n in self.graph.nodes if n.outputs and n.outputs[0] in made_back for v in n.inputs}
+        reads |= set(self.graph.outputs)
+        return {v: i for v, i in self.owner.items() if v in reads}
+
+
+def traced_step(graph: Graph, step: Step = ALL) -> TracedStep:
+    """The gradient step of `graph` (no plan applied), with the owner of each forward value."""
+    from remat.autodiff import _replay, backward_pass
+
+    wrt = len(graph.inputs) if step.wrt is None else step.wrt
+    seeded = len(graph.outputs) if step.seeded is None else step.seeded
+    owner: dict[Var, int] = {}
+    with new_trace("step") as t:
+        env = {v: t.new_input(v.shape, v.dtype) for v in graph.inputs}
+        env.update({v: Tensor._concrete(a) for v, a in graph.constants.items()})
+        for i, node in enumerate(graph.nodes):  # one node at a time, to know who made what
+            before = len(t.nodes)
+            one = Graph(node.inputs, node.outputs, [node])
+            env.update(_replay(one, [env[v] for v in node.inputs], linearize=True))
+            owner.update({v: i for n in t.nodes[before:] for v in n.outputs})
+        seeds = [Tensor._concrete(np.ones(v.shape, v.dtype)) if k < seeded and dtypes.is_float(v.dtype) else None
+                 for k, v in enumerate(graph.outputs)]
+        grads = backward_pass(graph, env, seeds)[:wrt]
+        out = t.to_graph([env[v] for v in graph.outputs] + [g for g in grads if g is not None])
+    return TracedStep(out, owner)
+
+
+def step_peak(graph: Graph, plan: Plan = NO_PLAN, step: Step = ALL) -> int:
+    """The evaluator's peak count for the step (inputs and constants left out)."""
+    points = timeline.predict(step_graph(graph, plan, step))
+    return max((p.high for p in points), default=0)
+
+
+def base_bytes(graph: Graph) -> int:
+    """Bytes every plan holds for the whole step: its inputs and constants."""
+    return sum(v.nbytes for v in dict.fromkeys([*graph.inputs, *graph.constants]))
+
+
+def total_peak(graph: Graph, plan: Plan = NO_PLAN, step: Step = ALL) -> int:
+    """`base_bytes + step_peak`: the figure a memory budget bounds."""
+    return base_bytes(graph) + step_peak(graph, plan, step)
+
+
+def activation_bytes(graph: Graph, step: Step = ALL) -> int:
+    """What the unplanned step allocates beyond its inputs: the base of a fractional budget."""
+    return step_peak(graph, NO_PLAN, step)
+
+
+__all__ = ["Step", "ALL", "TracedStep", "traced_step", "step_graph", "step_peak", "base_bytes", "total_peak",
+           "activation_bytes"]

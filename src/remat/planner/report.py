@@ -1,0 +1,124 @@
+"""`PlanReport`: what the planner chose for a step and what it predicts, printable like
+`rm.memory.print_saved_residuals`. `rm.memory.plan_report(fn, *args, memory_budget=...)` makes
+one with the values the planned step keeps (`kept`, with their provenance)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from remat.graph import Graph, type_str
+from remat.planner.cost import node_flops
+from remat.planner.plan import NO_PLAN, Plan, extra_runs
+
+
+class PlanWarning(UserWarning):
+    """A plan whose predicted peak is less certain than usual (the step has a loop)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Recomputed:
+    """A value of the forward pass the planned gradient computes again (`runs` more times)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    nbytes: int
+    runs: int
+    provenance: str  # "output of tanh at model.py:12"
+    source: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanReport:
+    """The plan made for one gradient step. Bytes count as a memory budget does: the step's
+    inputs and constants (`base_bytes`) plus what it allocates (see `remat.planner.peak`).
+
+    >>> import remat as rm
+    >>> layer = lambda h: h + rm.tanh(h)
+    >>> loss = lambda x: rm.sum(layer(layer(layer(layer(layer(layer(x)))))))
+    >>> report = rm.memory.plan_report(loss, rm.ones((1024,)), memory_budget=0.8, strategy="chain")
+    >>> print(str(report).split(", predicted")[0])
+    memory plan: strategy chain, budget 26.4 KiB (memory_budget=0.8)
+    >>> report.predicted_peak <= report.budget_bytes
+    True
+    """
+
+    strategy: str  # "none" (no plan needed), "sqrt", "chain", "milp"
+    memory_budget: object  # as the caller wrote it
+    budget_bytes: int
+    predicted_peak: int
+    base_bytes: int
+    unplanned_peak: int
+    recomputed: tuple[Recomputed, ...]
+    extra_flops: float
+    step_flops: float
+    solver_status: str
+    solver_time: float  # seconds, planning and checking together
+    plan: Plan = NO_PLAN
+    kept: tuple = ()  # rm.memory.Residual rows: what the planned step keeps for its backward pass
+
+    @property
+    def extra_flops_ratio(self) -> float:
+        """Recomputation as a fraction of the unplanned step's FLOPs."""
+        return self.extra_flops / self.step_flops if self.step_flops else 0.0
+
+    def __str__(self) -> str:
+        from remat.memory import _size, residual_table
+
+        lines = [
+            f"memory plan: strategy {self.strategy}, budget {_size(self.budget_bytes)} "
+            f"(memory_budget={self.memory_budget!r}), predicted peak {_size(self.predicted_peak)} "
+            f"({self.predicted_peak} bytes)",
+            f"  inputs and constants {_size(self.base_bytes)}; the step without a plan: "
+            f"{_size(self.unplanned_peak)}",
+            f"  recomputes {_flops(self.extra_flops)}, {self.extra_flops_ratio:.2f} of the step's "
+            f"{_flops(self.step_flops)}; solver: {self.solver_status} in {self.solver_time:.2f} s",
+        ]
+        if self.kept:
+            lines += ["kept for the backward pass:", residual_table(list(self.kept))]
+        lines += ["recomputed in the backward pass:", recomputed_table(list(self.recomputed))]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def recomputed_table(rows: list[Recomputed]) -> str:
+    from remat.memory import _size
+
+    cells = [(type_str(r.shape, r.dtype), _size(r.nbytes), f"{r.runs}x", r.provenance) for r in rows]
+    head = ("value", "size", "again", "recomputed")
+    widths = [max(len(c[i]) for c in [head, *cells]) for i in range(3)]
+    lines = [f"{head[0]:<{widths[0]}}  {head[1]:>{widths[1]}}  {head[2]:>{widths[2]}}  {head[3]}"]
+    lines += [f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:>{widths[2]}}  {d}" for a, b, c, d in cells]
+    lines.append(f"{len(rows)} values recomputed, {_size(sum(r.nbytes * r.runs for r in rows))} in all")
+    return "\n".join(lines)
+
+
+def recomputed_values(graph: Graph, plan: Plan) -> tuple[Recomputed, ...]:
+    """The values of `graph` that `plan` recomputes, in forward order. Views and identities are
+    left out: recomputing them costs nothing and they are the values they look at."""
+    runs = extra_runs(plan)
+    rows = []
+    for i, node in enumerate(graph.nodes):
+        if i not in runs or node_flops(node) == 0 and not node.subgraphs():
+            continue
+        where = f" at {node.source}" if node.source else ""
+        for v in node.outputs:
+            rows.append(Recomputed(v.shape, v.dtype, v.nbytes, runs[i], f"output of {node.op}{where}", node.source))
+    return tuple(rows)
+
+
+def extra_flops(graph: Graph, plan: Plan) -> float:
+    """FLOPs the plan adds: each recomputed node's, times how often it runs again."""
+    return float(sum(k * node_flops(graph.nodes[i]) for i, k in extra_runs(plan).items()))
+
+
+def _flops(x: float) -> str:
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.1f} {unit}"
+    return f"{x:g} FLOP"
+
+
+__all__ = ["PlanReport", "PlanWarning", "Recomputed", "recomputed_values", "extra_flops", "recomputed_table"]

@@ -1,0 +1,229 @@
+"""`plan_step`: the plan a gradient step gets for a `memory_budget`, chosen, checked and reported.
+
+The strategies model memory their own way (the chain DP over stages, the MILP over values);
+only `peak.total_peak` — the evaluator's exact count of the whole planned step — decides
+whether a plan fits. A strategy whose plan turns out over budget is asked again for a budget
+smaller by the overshoot, a few times, before it gives up. `strategy=None` ("auto") takes the
+plan of least recomputation among those that fit: the chain DP's, the MILP's (started from the
+chain and sqrt plans), and the segment plans of `sqrt.segment_plans`. When nothing fits, the
+error states the smallest peak found, in bytes and as a fraction, and the budget that works.
+
+>>> import remat as rm
+>>> layer = lambda h: h + rm.tanh(h)
+>>> g = rm.make_graph(lambda x: rm.sum(layer(layer(layer(layer(layer(layer(x))))))))(rm.ones((1024,)))
+>>> planned, report = plan_step(g, 0.8, None)
+>>> report.predicted_peak <= report.budget_bytes, planned.count("checkpoint") > 0
+(True, True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+
+from remat.errors import ArgumentValueError, at_source, user_source
+from remat.graph import Graph
+from remat.planner import budget as budgets
+from remat.planner import sqrt
+from remat.planner.cost import flops
+from remat.planner.peak import ALL, Step, activation_bytes, base_bytes, step_graph, total_peak
+from remat.planner.plan import NO_PLAN, Plan, apply
+from remat.planner.report import PlanReport, PlanWarning, extra_flops, recomputed_values
+
+TRIES = 6  # how often a strategy is asked again with a budget tightened by its overshoot
+MILP_SECONDS = 20.0  # the MILP's time limit when the auto strategy runs it
+
+_REPORTS: ContextVar[list | None] = ContextVar("remat_plan_reports", default=None)
+
+
+@contextlib.contextmanager
+def collect_reports() -> Iterator[list[PlanReport]]:
+    """The PlanReports of the steps planned inside the block (for `rm.memory.plan_report`)."""
+    reports: list[PlanReport] = []
+    token = _REPORTS.set(reports)
+    try:
+        yield reports
+    finally:
+        _REPORTS.reset(token)
+
+
+def plan_step(graph: Graph, memory_budget, strategy, step: Step = ALL) -> tuple[Graph, PlanReport]:
+    """`graph` with the plan chosen for `memory_budget` applied, and its report. `memory_budget`
+    and `strategy` are what a user passes (see `remat.planner.budget`). A graph planned before
+    (the same program, printed alike: an eager `rm.grad` traces anew at every call) reuses its
+    plan."""
+    key = (str(graph), repr(budgets.parse_budget(memory_budget)), budgets.parse_strategy(strategy), step)
+    report = _CACHE.get(key)
+    if report is None:
+        report = _plan(graph, memory_budget, strategy, step)
+        _CACHE[key] = report
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+    report = dataclasses.replace(report, memory_budget=memory_budget)  # as written this time
+    sink = _REPORTS.get()
+    if sink is not None:
+        sink.append(report)
+    return apply(graph, report.plan), report
+
+
+CACHE_SIZE = 64
+_CACHE: dict[tuple, PlanReport] = {}
+
+
+def _plan(graph: Graph, memory_budget, strategy, step: Step) -> PlanReport:
+    started = time.perf_counter()
+    budget = budgets.parse_budget(memory_budget)
+    name = budgets.parse_strategy(strategy)
+    base, activation = base_bytes(graph), activation_bytes(graph, step)
+    limit = budget.resolve(base, activation)
+    if base + activation <= limit:
+        found = [(NO_PLAN, base + activation, "the step fits without a plan")]
+    else:
+        found = _candidates(graph, limit, name, step)
+    fits = [(p, peak, status) for p, peak, status in found if peak <= limit]
+    if not fits:
+        raise _infeasible(graph, memory_budget, limit, base, activation, found, step, name)
+    plan, peak, status = min(fits, key=lambda f: (extra_flops(graph, f[0]), f[1]))
+    loops = _loops(graph)
+    if loops:
+        status += f"; the working memory inside {loops} is not counted"
+        warnings.warn(PlanWarning(
+            f"memory_budget: the predicted peak, {peak} bytes, leaves out the memory {loops} uses while "
+            f"its body runs (how often a loop runs is a run-time fact); the measured peak may be higher by "
+            f"about one iteration's values: leave room in the budget{at_source(user_source())}"), stacklevel=2)
+    return PlanReport(
+        strategy=plan.strategy, memory_budget=memory_budget, budget_bytes=limit, predicted_peak=peak,
+        base_bytes=base, unplanned_peak=base + activation, recomputed=recomputed_values(graph, plan),
+        extra_flops=extra_flops(graph, plan), step_flops=flops(step_graph(graph, NO_PLAN, step)),
+        solver_status=status, solver_time=time.perf_counter() - started, plan=plan)
+
+
+Found = list[tuple[Plan, int, str]]  # plans with their exact total peaks and how they were found
+
+
+def _loops(graph: Graph) -> str:
+    """The loops and branches of `graph` as a phrase ("a scan at model.py:3"), or "": the
+    evaluator's count of their bodies is not predicted (`remat.timeline`)."""
+    found = [n for n in graph.walk() if n.subgraphs() and n.op not in ("checkpoint", "custom_vjp")]
+    if not found:
+        return ""
+    where = f" at {found[0].source}" if found[0].source else ""
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return f"the {found[0].op}{where}{more}"
+
+
+def _candidates(graph: Graph, limit: int, name: str, step: Step) -> Found:
+    if name == "sqrt":  # √n segments; when they do not fit, the segment plans that might
+        plan = sqrt.plan_sqrt(graph, step)
+        found = [(plan, total_peak(graph, plan, step), "heuristic (√n segments)")]
+        return found if found[0][1] <= limit else found + _segments(graph, limit, step, stop_at_fit=True)
+    found: Found = []
+    chain = _module("chain")
+    if name in ("chain", "auto") and chain is not None:
+        found += _checked(lambda b: chain.plan_chain(graph, b, step), graph, limit, step, "optimal for the chain")
+    if name in ("milp", "auto"):
+        found += _milp(graph, limit, step, [p for p, peak, _ in found if peak <= limit], name == "milp")
+    if name == "auto":
+        found += _segments(graph, limit, step, stop_at_fit=True)
+    return found
+
+
+def _checked(strategy: Callable[[int], Plan | None], graph: Graph, limit: int, step: Step, status: str) -> Found:
+    """The strategy's plan for `limit`, asked again with less while its exact peak is over."""
+    found, target = [], limit
+    for _ in range(TRIES):
+        plan = strategy(target)
+        if plan is None:
+            break
+        peak = total_peak(graph, plan, step)
+        found.append((plan, peak, status))
+        if peak <= limit:
+            break
+        target -= max(peak - limit, 1)
+    return found
+
+
+def _milp(graph: Graph, limit: int, step: Step, start: list[Plan], forced: bool) -> Found:
+    milp = _module("milp")
+    if milp is None:
+        return []
+    seconds = None if forced else MILP_SECONDS
+    # Started from the sqrt plan too, so it is never worse than either.
+    start = start + [sqrt.plan_sqrt(graph, step)]
+
+    def run(target: int) -> Plan | None:
+        kwargs = {"start": start, "step": step} | ({"time_limit": seconds} if seconds else {})
+        plan, info = milp.plan_milp(graph, target, **kwargs)
+        run.status = f"{getattr(info, 'status', info)}"
+        return plan
+
+    run.status = "milp"
+    found = _checked(run, graph, limit, step, "milp")
+    return [(p, peak, run.status) for p, peak, _ in found]
+
+
+def _segments(graph: Graph, limit: int, step: Step, stop_at_fit: bool) -> Found:
+    """The segment plans, cheapest first, until one fits (all of them when none does)."""
+    found: Found = []
+    for plan in sorted(sqrt.segment_plans(graph, step), key=lambda p: extra_flops(graph, p)):
+        peak = total_peak(graph, plan, step)
+        found.append((plan, peak, "heuristic (segments)"))
+        if peak <= limit and stop_at_fit:
+            break
+    return found
+
+
+def _module(name: str):
+    """A strategy module, if installed (they are written separately)."""
+    try:
+        return importlib.import_module(f"remat.planner.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"remat.planner.{name}":
+            raise
+        return None
+
+
+def _infeasible(graph: Graph, written, limit: int, base: int, activation: int, found: Found,
+                step: Step, name: str) -> ArgumentValueError:
+    lowest = min([peak for _, peak, _ in found] + _lowest_peaks(graph, base + activation, step))
+    if lowest <= limit:  # a forced strategy missed what the others reach
+        tried = min(peak for _, peak, _ in found) if found else base + activation
+        return ArgumentValueError(
+            f"memory_budget: {_written(written, limit)} is below the smallest peak strategy={name!r} reaches "
+            f"on this step, {tried} bytes; other plans fit it: pass strategy=None to take the cheapest")
+    share = (lowest - base) / activation if activation else 1.0
+    fraction = math.ceil(share * 100) / 100
+    return ArgumentValueError(
+        f"memory_budget: {_written(written, limit)} is below the smallest peak this step can reach, "
+        f"{lowest} bytes ({fraction:g} of its activation memory, with {base} bytes of inputs and constants); "
+        f"the smallest budget that works is memory_budget={lowest} (or {fraction:g})")
+
+
+def _lowest_peaks(graph: Graph, unplanned: int, step: Step) -> list[int]:
+    """Exact peaks of the most frugal plans each strategy makes: the segment plans, and the
+    chain plans for budgets from its own least prediction up (a model is not the count: the
+    plan it thinks least need not be)."""
+    peaks = [unplanned] + [total_peak(graph, p, step) for p in sqrt.segment_plans(graph, step)]
+    chain = _module("chain")
+    if chain is not None:
+        low = chain.min_chain_peak(graph, step)
+        peaks.append(low)
+        for k in range(1, 8):
+            plan = chain.plan_chain(graph, low + (unplanned - low) * k // 8, step)
+            peaks += [] if plan is None else [total_peak(graph, plan, step)]
+    return peaks
+
+
+def _written(written, limit: int) -> str:
+    if isinstance(written, str) or isinstance(written, float):
+        return f"{written!r} ({limit} bytes)"
+    return f"{limit} bytes"
+
+
+__all__ = ["plan_step", "collect_reports"]
