@@ -14,12 +14,14 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(VENV)/bin/remat demo
 
+# The tests run in one worker per core (pytest-xdist): each worker is its own process, so the
+# memory measurements (tracemalloc, RSS of worker subprocesses) are not shared between tests.
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -n auto -m "not slow"
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/remat bench

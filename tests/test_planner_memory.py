@@ -165,3 +165,21 @@ def test_remat_bench_planner_names_a_bad_choice(models, frameworks, error, says)
     with pytest.raises(error) as e:
         planner.run(quick=True, models=models, frameworks=frameworks)
     assert str(e.value).startswith(says)
+
+
+def test_a_step_timed_twice_is_built_twice_under_two_names(monkeypatch):
+    from remat.bench import worker
+
+    built = []
+
+    def build(framework, size, plan):
+        built.append(plan)
+        return (lambda: plan), (lambda out: str(out))
+
+    monkeypatch.setattr(worker, "build", build)
+    entries = [("remat-numpy", "none"), ("remat-numpy", "none"), ("remat-numpy", 0.5)]
+    size = {"kind": "MLP", "depth": 2, "width": 4, "batch": 2}
+    out = worker.time_job({"size": size, "rounds": 2, "entries": entries})
+    assert built == ["none", "none", 0.5]  # the noise control is a step of its own, not the same one again
+    assert {k: len(v) for k, v in out["times"].items()} == {"remat-numpy/none": 2, "remat-numpy/none'": 2,
+                                                            "remat-numpy/0.5": 2}
