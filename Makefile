@@ -18,10 +18,10 @@ demo: $(VENV)/.installed
 # memory measurements (tracemalloc, RSS of worker subprocesses) are not shared between tests.
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(PY) -m pytest -n auto
+	$(PY) -m pytest -n auto --dist loadgroup
 
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -n auto -m "not slow"
+	$(PY) -m pytest -n auto --dist loadgroup -m "not slow"
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/remat bench
