@@ -351,3 +351,67 @@ def test_a_loop_in_the_step_is_said_to_be_uncounted():
     assert report.predicted_peak < report.base_bytes + measured  # what the warning is about
     assert_bit_identical(rm.grad(loss, (0, 1), memory_budget=0.9, strategy="chain")(stacked, x),
                          rm.grad(loss, (0, 1))(stacked, x))
+
+
+# ---------------------------------------------------------------- deterministic and monotone (auto)
+
+
+def test_the_same_step_always_gets_the_same_plan():
+    fn, args = gpt(2)
+    g = rm.make_graph(fn)(*args)
+    plans = []
+    for _ in range(3):
+        solve._CACHE.clear()
+        _, report = solve.plan_step(g, 0.5, None)
+        plans.append((report.plan, report.strategy, report.extra_flops, report.predicted_peak))
+    assert plans[0] == plans[1] == plans[2]
+
+
+@pytest.mark.parametrize("model", ["mlp32", pytest.param("gpt6", marks=pytest.mark.slow)])
+def test_a_bigger_budget_never_gets_a_costlier_plan(model):
+    """Deep enough that 30% of the activation memory is reachable."""
+    fn, args = {"mlp32": MODELS["mlp32"], "gpt6": lambda: gpt(6)}[model]()
+    g = rm.make_graph(fn)(*args)
+    solve._CACHE.clear()
+    reports = [solve.plan_step(g, share, None)[1] for share in (0.3, 0.5, 0.6, 0.75, 0.9)]
+    extra = [r.extra_flops for r in reports]
+    assert all(r.predicted_peak <= r.budget_bytes for r in reports)
+    assert extra == sorted(extra, reverse=True), extra
+
+
+def test_auto_takes_a_chain_plan_made_for_a_smaller_budget(monkeypatch):
+    """When the chain DP's plan for the budget itself is costlier (its model is not the exact
+    count), auto still finds the cheaper plan it makes for a smaller budget of the ladder."""
+    from remat.planner import chain
+
+    fn, args = MODELS["mlp8"]()
+    g = rm.make_graph(fn)(*args)
+    base, act = peaks.base_bytes(g), peaks.activation_bytes(g)
+    rung = base + int(act * 0.8)
+    small = chain.plan_chain(g, rung)
+    plan_chain = chain.plan_chain
+    # The DP "misses" at the budget itself: only the ladder's 0.8 rung gives its plan.
+    monkeypatch.setattr(chain, "plan_chain", lambda graph, b, step=peaks.ALL:
+                        plan_chain(graph, b, step) if b <= rung else plan_sqrt(graph, step))
+    solve._CACHE.clear()
+    _, report = solve.plan_step(g, 0.9, None)
+    assert solve.extra_flops(g, small) < solve.extra_flops(g, plan_sqrt(g))  # else the test checks nothing
+    assert report.extra_flops <= solve.extra_flops(g, small)
+
+
+def test_auto_gives_the_milp_less_work_and_skips_it_when_nothing_is_recomputed(monkeypatch):
+    from remat.planner import milp
+
+    ran = []
+    plan_milp = milp.plan_milp
+    monkeypatch.setattr(milp, "plan_milp", lambda *a, **k: ran.append(k.get("nodes")) or plan_milp(*a, **k))
+    fn, args = gpt(2)
+    g = rm.make_graph(fn)(*args)
+    solve._CACHE.clear()
+    solve.plan_step(g, 0.5, None)
+    assert ran and all(n == solve.AUTO_NODES for n in ran)
+    solve._CACHE.clear()
+    solve.plan_step(g, 0.5, "milp")
+    assert ran[-1] is None  # the forced MILP gets its full default work
+    free = [(NO_PLAN, 0)]
+    assert not solve._milp_can_win(g, free, 1) and solve._milp_can_win(g, free, -1)

@@ -91,7 +91,7 @@ def test_program_optimum_equals_brute_force_over_its_model():
     peaks = sorted({m for m, _, _ in modelled})
     for capacity in peaks[:: max(1, len(peaks) // 6)] + [peaks[-1]]:
         best = min(f for m, f, _ in modelled if m <= capacity)
-        result = program.solve(capacity, None, 10.0)
+        result = program.solve(capacity, None, 10.0, nodes=10**6)  # solved to optimality
         assert result.status == 0
         plan = program.decode(result.x, g)
         assert extra_flops(g, plan) == pytest.approx(best, rel=1e-9)
@@ -103,7 +103,7 @@ def test_below_the_least_modelled_peak_the_program_is_infeasible():
     chain = stages(g)
     program = milp._Program(milp._buffers(g, chain), chain)
     least = min(program.peak(program.assignment(p)) for p in flat_plans(g))
-    assert program.solve(least - 1024, None, 10.0).status == 2
+    assert program.solve(least - 1024, None, 10.0, nodes=10**6).status == 2
 
 
 def _alive(program, assignment, buf, k) -> float:
@@ -254,3 +254,48 @@ def test_gpt_never_worse_than_chain_and_sqrt(share):
     for other in starts:
         if total_peak(g, other) <= budget:
             assert info.objective <= extra_flops(g, other)
+
+
+# ---------------------------------------------------------------- determinism (work limits, not seconds)
+
+
+def test_highs_runs_under_a_node_limit_and_the_plan_ignores_the_clock(monkeypatch):
+    """The same graph and budget give the same plan however slow the machine: HiGHS stops at a
+    node count, and the time limit, when not reached, changes nothing."""
+    g = graph_of(*skip_fn())
+    budget = (total_peak(g) + total_peak(g, plan_sqrt(g))) // 2
+    options = []
+    highs = milp.optimize.milp
+    monkeypatch.setattr(milp.optimize, "milp", lambda *a, **k: options.append(dict(k["options"])) or highs(*a, **k))
+    plan, info = milp.plan_milp(g, budget, nodes=50)
+    assert options and all(o["node_limit"] == 50 for o in options)
+    for limit in (20.0, 1000.0):
+        again, again_info = milp.plan_milp(g, budget, nodes=50, time_limit=limit)
+        assert again == plan and again_info.status == info.status and again_info.objective == info.objective
+    clock = iter(range(0, 10**6, 3))  # a machine where every check takes 3 s
+    monkeypatch.setattr(milp.time, "perf_counter", lambda: float(next(clock)))
+    slow, slow_info = milp.plan_milp(g, budget, nodes=50, time_limit=1000.0)
+    assert slow == plan and slow_info.status == info.status
+
+
+def test_reaching_the_time_limit_returns_the_best_start_plan_not_a_partial_one(monkeypatch):
+    g = graph_of(*skip_fn())
+    start = plan_sqrt(g)
+    budget = total_peak(g, start)
+    solve_program = milp._Program.solve
+    calls = []
+
+    def timed_out_second(self, *args):
+        result = solve_program(self, *args)
+        calls.append(result)
+        if len(calls) == 2:
+            result.status, result.message = 1, "Time limit reached. "
+        return result
+
+    monkeypatch.setattr(milp._Program, "solve", timed_out_second)
+    plan, info = milp.plan_milp(g, budget, start=[start])
+    if len(calls) < 2:
+        pytest.skip("HiGHS converged in one run: no second run to time out")
+    assert info.fallback and plan.strategy != "milp"
+    assert "time limit of 300 s reached (a safety net)" in info.status
+    assert info.peak <= budget and info.objective <= extra_flops(g, start)

@@ -42,7 +42,8 @@ so HiGHS only looks for better ones.
 The model is approximate, so every plan HiGHS returns is checked by the exact count, and T is
 searched: first the calibration's worst case; a plan over budget raises T by its excess; a plan
 that fits (or no better plan) lowers T towards the calibration's best case, looking for a
-cheaper plan; a few runs within the time limit. The result is never worse than the start plans:
+cheaper plan; `RUNS` runs of at most `NODES` branch-and-bound nodes each (work limits, so the
+plan does not depend on the machine's speed). The result is never worse than the start plans:
 if HiGHS finds nothing better that fits, the best start plan that fits is returned, and
 `SolverInfo.fallback` says so. Nested blocks (Revolve-like schedules) are the chain DP's; the
 MILP is compared with them through `start`.
@@ -79,10 +80,12 @@ from remat.timeline import _IDENTITIES, _INLINE, _VIEWS  # the evaluator's alias
 _DOTS = frozenset({"matmul"})  # einsum and tensordot are composed from matmul
 _MIB = float(2**20)  # the program counts MiB: HiGHS is happier with coefficients near 1
 _GAP = 1e-3  # relative MIP gap: closing the last 0.1% of recomputation is not worth the time
-_RETRIES = 6  # HiGHS runs per plan_milp, each with another guess at the transient T
+RUNS = 6  # HiGHS runs per plan_milp, each with another guess at the transient T
 _TOLERANCE = 0.005  # stop refining T once its bracket is this share of the budget
-_MARGIN = 0.5  # seconds kept back from HiGHS's time limit
-_MIN_RUN = 0.2  # no HiGHS run with less than this share of the time limit left
+# Work, not seconds, bounds each HiGHS run, so a plan never depends on the machine's load: the
+# branch-and-bound nodes per run. The time limit is only a safety net a normal run never reaches.
+NODES = 500
+SAFETY_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -99,11 +102,16 @@ class SolverInfo:
     peak: int
 
 
-def plan_milp(graph: Graph, budget_bytes: int, *, time_limit: float = 30.0, start: Sequence[Plan] = (),
+def plan_milp(graph: Graph, budget_bytes: int, *, nodes: int = NODES, runs: int = RUNS,
+              time_limit: float = SAFETY_SECONDS, start: Sequence[Plan] = (),
               step: Step = ALL) -> tuple[Plan, SolverInfo]:
     """The plan of least recomputation whose step fits `budget_bytes` (as `peak.total_peak`
-    counts it), found by HiGHS within `time_limit` seconds, never worse than the `start` plans.
-    If nothing fits, the plan of least peak found is returned with `info.peak > budget_bytes`."""
+    counts it), found by at most `runs` HiGHS runs of at most `nodes` branch-and-bound nodes
+    each, never worse than the `start` plans. The same graph and budget always give the same
+    plan. `time_limit` (seconds, all runs together) is a safety net: when it is reached, the
+    HiGHS plans found so far are dropped (they depend on the machine's speed) and the best start
+    plan is returned. If nothing fits, the plan of least peak found is returned with
+    `info.peak > budget_bytes`."""
     t0 = time.perf_counter()
     chain = stages(graph, step)
     program = _Program(_buffers(graph, chain), chain)
@@ -113,19 +121,20 @@ def plan_milp(graph: Graph, budget_bytes: int, *, time_limit: float = 30.0, star
     # T is searched between `lo` (too optimistic: a plan came out over budget) and `safe` (the
     # answer fitted, or nothing cheaper was found), starting from the calibration's worst case.
     lo, transient = program.calibrate(tried.flat(program))
-    safe, runs, took = np.inf, [], []
+    safe, ran, timed_out = np.inf, [], False
     free = tried.cutoff() is not None and tried.cutoff() < 0  # a plan that fits recomputes nothing
-    for _ in range(_RETRIES if chain and not free else 0):
-        # HiGHS overruns a short limit: presolve and the root LP are not interrupted (measured on
-        # the 32-layer MLP: 11.5 s for a 1.8 s limit). So a run starts only with room for it.
-        left = time_limit - (time.perf_counter() - t0) - 2 * tried.check_seconds() - _MARGIN
-        if left < max(_MIN_RUN * time_limit, 2 * min(took, default=0.0), 0.05):
+    for _ in range(runs if chain and not free else 0):
+        left = time_limit - (time.perf_counter() - t0)
+        if left <= 0:
+            timed_out = True
             break
-        cutoff, began = tried.cutoff(), time.perf_counter()
-        result = program.solve(budget_bytes - transient, cutoff, left)
-        took.append(time.perf_counter() - began)
-        runs.append((_status(result, cutoff is not None), getattr(result, "mip_gap", None)))
-        peak = None if result.x is None else tried.add(program.decode(result.x, graph), runs[-1])
+        cutoff = tried.cutoff()
+        result = program.solve(budget_bytes - transient, cutoff, left, nodes)
+        if _timed_out(result):
+            timed_out = True
+            break
+        ran.append((_status(result, cutoff is not None), getattr(result, "mip_gap", None)))
+        peak = None if result.x is None else tried.add(program.decode(result.x, graph), ran[-1])
         if peak is not None and peak > budget_bytes:
             lo = transient
             transient = min(transient + peak - budget_bytes, (transient + safe) / 2)
@@ -134,21 +143,33 @@ def plan_milp(graph: Graph, budget_bytes: int, *, time_limit: float = 30.0, star
             transient = (lo + transient) / 2
         if safe - lo <= _TOLERANCE * budget_bytes:
             break
-    plan, run, peak = tried.best()
-    idle = "not run: " + ("the graph has no nodes to plan" if not chain else
-                          "a start plan fits without recomputing anything" if free else "no time left")
-    status, gap = run or (runs[-1] if runs else (idle, None))
-    if run is None and runs:
+    plan, run, peak = tried.best(starts_only=timed_out)
+    status, gap = run or (ran[-1] if ran else (_idle(chain, free, timed_out), None))
+    if timed_out and ran:
+        status = (f"time limit of {time_limit:g} s reached (a safety net): the HiGHS plans are dropped, "
+                  f"so the best start plan is returned")
+    elif run is None and ran:
         status += "; nothing better than the start plans fits, so the best of them is returned"
     info = SolverInfo(status, extra_flops(graph, plan), time.perf_counter() - t0, gap, run is None, peak)
     return plan if run is None else plan.replace(strategy="milp"), info
 
 
+def _idle(chain: list[Stage], free: bool, timed_out: bool) -> str:
+    return "not run: " + ("the graph has no nodes to plan" if not chain else
+                          "a start plan fits without recomputing anything" if free else
+                          "no time left" if timed_out else "no run")
+
+
+def _timed_out(result) -> bool:
+    """HiGHS stopped at the time limit (not at the node limit, which is deterministic)."""
+    return result.status == 1 and str(result.message).lower().startswith("time limit")
+
+
 def _status(result, cut: bool) -> str:
     if result.status == 0:
         return "optimal"
-    if result.status == 1:
-        return "time limit reached" + (" with a solution" if result.x is not None else ", no solution")
+    if "limit" in str(result.message).lower():  # HiGHS says "Solution limit" for its node limit
+        return "node limit reached" + (" with a solution" if result.x is not None else ", no solution")
     if result.status == 2:
         return f"infeasible: no plan the model allows {'is cheaper than the best that fits' if cut else 'fits'}"
     return f"HiGHS: {result.message}"
@@ -161,30 +182,24 @@ class _Tried:
     def __init__(self, graph: Graph, budget: int, step: Step):
         self.graph, self.budget, self.step = graph, budget, step
         self.rows: list[tuple[Plan, tuple | None, int, float]] = []
-        self.seconds: list[float] = []
 
     def add(self, plan: Plan, run: tuple[str, float | None] | None) -> int:
-        t0 = time.perf_counter()
         peak = total_peak(self.graph, plan, self.step)
-        self.seconds.append(time.perf_counter() - t0)
         self.rows.append((plan, run, peak, extra_flops(self.graph, plan)))
         return peak
-
-    def check_seconds(self) -> float:
-        """What checking one more plan will take: the slowest check so far."""
-        return max(self.seconds, default=0.0)
 
     def cutoff(self) -> float | None:
         """Only plans strictly cheaper than the best that fits are worth HiGHS's time."""
         fits = [r[3] for r in self.rows if r[2] <= self.budget]
         return min(fits) * (1 - 1e-9) - 1e-3 if fits else None
 
-    def best(self) -> tuple[Plan, tuple | None, int]:
+    def best(self, starts_only: bool = False) -> tuple[Plan, tuple | None, int]:
         """The plan, the run that found it and its peak. Ties go to the MILP's plan, then to
         the lower peak; when nothing fits, the lowest peak wins."""
-        fits = [r for r in self.rows if r[2] <= self.budget]
+        rows = [r for r in self.rows if r[1] is None] if starts_only else self.rows
+        fits = [r for r in rows if r[2] <= self.budget]
         key = (lambda r: (r[3], r[1] is None, r[2])) if fits else (lambda r: (r[2], r[3]))
-        plan, run, peak, _ = min(fits or self.rows, key=key)
+        plan, run, peak, _ = min(fits or rows, key=key)
         return plan, run, peak
 
     def flat(self, program: _Program) -> list[tuple[dict, int]]:
@@ -391,14 +406,15 @@ class _Program:
             c[self.y[k]] = -b.flops
         return c
 
-    def solve(self, capacity: float, cutoff: float | None, time_limit: float):
+    def solve(self, capacity: float, cutoff: float | None, time_limit: float, nodes: int):
         rows, c = self.rows(capacity, cutoff)
         matrix = _sparse([r[0] for r in rows], self.n_vars)
         integrality = np.zeros(self.n_vars)
         integrality[: self.n_binary] = 1
         return optimize.milp(c, integrality=integrality, bounds=optimize.Bounds(0, 1),
                              constraints=optimize.LinearConstraint(matrix, [r[1] for r in rows], [r[2] for r in rows]),
-                             options={"time_limit": max(time_limit, 0.05), "disp": False, "mip_rel_gap": _GAP})
+                             options={"time_limit": time_limit, "node_limit": nodes, "disp": False,
+                                      "mip_rel_gap": _GAP})
 
     # ---------------------------------------------------------------- plans <-> assignments
 
