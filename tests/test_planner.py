@@ -399,19 +399,16 @@ def test_auto_takes_a_chain_plan_made_for_a_smaller_budget(monkeypatch):
     assert report.extra_flops <= solve.extra_flops(g, small)
 
 
-def test_auto_gives_the_milp_less_work_and_skips_it_when_nothing_is_recomputed(monkeypatch):
+def test_auto_runs_the_milp_and_skips_it_when_nothing_is_recomputed(monkeypatch):
     from remat.planner import milp
 
     ran = []
     plan_milp = milp.plan_milp
-    monkeypatch.setattr(milp, "plan_milp", lambda *a, **k: ran.append(k.get("nodes")) or plan_milp(*a, **k))
+    monkeypatch.setattr(milp, "plan_milp", lambda *a, **k: ran.append(k) or plan_milp(*a, **k))
     fn, args = gpt(2)
     g = rm.make_graph(fn)(*args)
     solve._CACHE.clear()
     solve.plan_step(g, 0.5, None)
-    assert ran and all(n == solve.AUTO_NODES for n in ran)
-    solve._CACHE.clear()
-    solve.plan_step(g, 0.5, "milp")
-    assert ran[-1] is None  # the forced MILP gets its full default work
+    assert ran and all("nodes" not in k and k["start"] for k in ran)  # the default work, from the other plans
     free = [(NO_PLAN, 0)]
     assert not solve._milp_can_win(g, free, 1) and solve._milp_can_win(g, free, -1)

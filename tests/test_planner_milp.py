@@ -142,7 +142,7 @@ def test_plan_milp_matches_brute_force_on_exact_peaks(make):
     peaks = sorted({m for m, _ in exact})
     for budget in peaks[:: max(1, len(peaks) // 5)]:
         best = min(f for m, f in exact if m <= budget)
-        plan, info = milp.plan_milp(g, budget, time_limit=10.0)
+        plan, info = milp.plan_milp(g, budget)
         assert info.peak == total_peak(g, plan) <= budget
         assert info.objective == extra_flops(g, plan) <= best * (1 + 1e-9) + 1e-9, (budget, info)
 
@@ -170,7 +170,7 @@ def test_a_plan_over_budget_is_refused_for_a_start_plan(monkeypatch):
     budget = total_peak(g, start)
     proposals = []
     monkeypatch.setattr(milp._Program, "decode", lambda self, x, graph: proposals.append(x) or NO_PLAN)
-    plan, info = milp.plan_milp(g, budget, start=[start], time_limit=10.0)
+    plan, info = milp.plan_milp(g, budget, start=[start])
     assert proposals, "HiGHS proposed nothing: the test checks nothing"
     assert plan == start and info.fallback and info.peak == budget
     assert "best of them is returned" in info.status
@@ -197,7 +197,7 @@ def test_graphs_with_nothing_to_plan(fn, nodes):
 def test_the_milp_plan_is_named_milp_and_saves_only_inside_its_blocks():
     g = graph_of(*chain_fn(3))
     budget = base_bytes(g) + int(0.9 * activation_bytes(g))
-    plan, info = milp.plan_milp(g, budget, time_limit=10.0)
+    plan, info = milp.plan_milp(g, budget)
     assert not info.fallback and plan.strategy == "milp" and plan.blocks
     assert info.peak <= budget and any(b.save for b in plan.blocks)
     assert all(b.start <= i < b.stop and g.nodes[i].op == "matmul" for b in plan.blocks for i in b.save)
@@ -218,7 +218,7 @@ def test_gradients_with_the_milp_plan_are_bit_identical(share):
     fn, args = small_gpt()
     g = graph_of(fn, args)
     budget = base_bytes(g) + int(share * activation_bytes(g))
-    plan, info = milp.plan_milp(g, budget, time_limit=8.0)
+    plan, info = milp.plan_milp(g, budget)
     assert plan.blocks and info.peak <= budget and not info.fallback
     arrays = [np.asarray(rm.asarray(a)) for a in rm.tree.leaves(args)]
     got = numpy_backend.run(step_graph(g, plan), arrays)
@@ -242,14 +242,14 @@ def test_grad_with_strategy_milp_is_bit_identical():
 @pytest.mark.slow
 @pytest.mark.parametrize("share", [0.25, 0.5, 0.75])
 def test_gpt_never_worse_than_chain_and_sqrt(share):
-    """8 blocks, the bench's size: within the 30 s limit, a plan that fits, recomputing no more
-    than the chain DP's or the √n plan (when they fit)."""
+    """8 blocks, the bench's size: a plan that fits, recomputing no more than the chain DP's or
+    the √n plan (when they fit). HiGHS stops at its node limits, so the plan does not depend on
+    the machine's speed; the time it takes is the bench's figure (`remat bench --planner`)."""
     params, data = inputs(GPT(layers=8, d_model=128, heads=4, seq=128, batch=16, vocab=256))
     g = rm.make_graph(lambda p, d: models.gpt_loss(p, d, "none", 4))(params, data)
     budget = base_bytes(g) + int(share * activation_bytes(g))
     starts = [p for p in (plan_chain(g, budget), plan_sqrt(g)) if p is not None]
-    plan, info = milp.plan_milp(g, budget, start=starts, time_limit=30.0)
-    assert info.time <= 32.0
+    plan, info = milp.plan_milp(g, budget, start=starts)
     assert info.peak == total_peak(g, plan) <= budget
     for other in starts:
         if total_peak(g, other) <= budget:

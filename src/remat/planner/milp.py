@@ -80,11 +80,13 @@ from remat.timeline import _IDENTITIES, _INLINE, _VIEWS  # the evaluator's alias
 _DOTS = frozenset({"matmul"})  # einsum and tensordot are composed from matmul
 _MIB = float(2**20)  # the program counts MiB: HiGHS is happier with coefficients near 1
 _GAP = 1e-3  # relative MIP gap: closing the last 0.1% of recomputation is not worth the time
-RUNS = 6  # HiGHS runs per plan_milp, each with another guess at the transient T
+RUNS = 3  # HiGHS runs per plan_milp, each with another guess at the transient T
 _TOLERANCE = 0.005  # stop refining T once its bracket is this share of the budget
 # Work, not seconds, bounds each HiGHS run, so a plan never depends on the machine's load: the
 # branch-and-bound nodes per run. The time limit is only a safety net a normal run never reaches.
-NODES = 500
+# HiGHS's root (presolve, LP, cuts) takes much of each run; 100 nodes x 3 runs plan the 8-block
+# GPT-style model in 12-26 s on a 2-core machine (`remat bench --planner` reports the time).
+NODES = 100
 SAFETY_SECONDS = 300.0
 
 
@@ -369,9 +371,14 @@ class _Program:
             self.lower += [(a, 0.0, [(self.p[h], 1.0)]) for h in held]
             if held:
                 self.lower.append((a, 0.0, [(self.q[d, k], 1.0)]))
-            # an explicit input of a block that starts after d, at or before k, and reads it
-            starts = [(self.x[t, j], 1.0) for t in range(d + 1, k + 1) for j in range(t + 1, self.n + 1)
-                      if any(t <= r < j for r in b.readers)]
+            # an explicit input of a block that starts after d, at or before k, and reads it: a
+            # block from t reads it when it reaches r, the first reader at or after t, and
+            # Σ_{j>r} x[t,j] = q[t,r] - q[t-1,r]
+            starts = []
+            for t in range(d + 1, k + 1):
+                r = min((r for r in b.readers if r >= t), default=None)
+                if r is not None:
+                    starts += [(self.q[t, r], 1.0), (self.q[t - 1, r], -1.0)]
             if starts:
                 self.lower.append((a, 0.0, starts))
 
@@ -380,10 +387,11 @@ class _Program:
     def rows(self, capacity: float, cutoff: float | None):
         """The constraint rows (terms, lower, upper) and the scaled cost vector."""
         n, out = self.n, []
-        for s in range(n):  # each stage is plain or in exactly one block
-            out.append(([(self.p[s], 1.0)] + [(v, 1.0) for (i, j), v in self.x.items() if i <= s < j], 1.0, 1.0))
-        for (s, k), q in self.q.items():
-            out.append(([(q, 1.0)] + [(v, -1.0) for (i, j), v in self.x.items() if i <= s and j > k], 0.0, 0.0))
+        for s in range(n):  # each stage is plain or in exactly one block (q[s,s]: the blocks around s)
+            out.append(([(self.p[s], 1.0), (self.q[s, s], 1.0)], 1.0, 1.0))
+        for (s, k), q in self.q.items():  # q[s,k] = q[s-1,k] + Σ_{j>k} x[s,j]: O(n) terms a row, not O(n²)
+            prev = [(self.q[s - 1, k], -1.0)] if s else []
+            out.append(([(q, 1.0)] + prev + [(self.x[s, j], -1.0) for j in range(k + 1, n + 1)], 0.0, 0.0))
         for a, const, terms in self.lower:
             out.append(([(a, 1.0)] + [(v, -c) for v, c in terms], const, np.inf))
         for c, b in enumerate(self.bufs.saveable):

@@ -8,7 +8,7 @@ plan of least recomputation among those that fit: the chain DP's, the chain DP's
 budgets of a fixed ladder (`RUNGS`: a plan that fits less fits more, so a bigger budget never
 gets a costlier plan than these), the MILP's (started from all of those and the sqrt plan) and
 the segment plans of `sqrt.segment_plans`. Auto skips the MILP when a plan that fits recomputes
-nothing, and gives it less work otherwise. Every strategy bounds its work, not its time, so
+nothing. Every strategy bounds its work, not its time, so
 the same graph and budget always give the same plan. When nothing fits, the error states the
 smallest peak found, in bytes and as a fraction, and the budget that works.
 
@@ -41,10 +41,6 @@ from remat.planner.plan import NO_PLAN, Plan, apply
 from remat.planner.report import PlanReport, PlanWarning, extra_flops, recomputed_values
 
 TRIES = 6  # how often a strategy is asked again with a budget tightened by its overshoot
-# The MILP's work under auto: HiGHS's root (presolve, LP, cuts) takes most of each run, so fewer
-# runs, each with fewer branch-and-bound nodes (measured on the 4-block GPT: 20 s -> 10 s).
-AUTO_NODES = 100
-AUTO_RUNS = 3
 RUNGS = tuple(k / 10 for k in range(1, 10))  # the smaller budgets auto also plans the chain for
 
 _REPORTS: ContextVar[list | None] = ContextVar("remat_plan_reports", default=None)
@@ -139,7 +135,7 @@ def _candidates(graph: Graph, limit: int, name: str, step: Step) -> Found:
         found += _rungs(graph, limit, step, chain)
     fits = [p for p, peak, _ in found if peak <= limit]
     if name == "milp" or name == "auto" and _milp_can_win(graph, [(p, pk) for p, pk, _ in found], limit):
-        found += _milp(graph, limit, step, fits, name == "milp")
+        found += _milp(graph, limit, step, fits)
     if name == "auto":
         found += _segments(graph, limit, step, stop_at_fit=True)
     return found
@@ -185,17 +181,15 @@ def _milp_can_win(graph: Graph, found: list[tuple[Plan, int]], limit: int) -> bo
     return not any(peak <= limit and extra_flops(graph, p) <= 0 for p, peak in found)
 
 
-def _milp(graph: Graph, limit: int, step: Step, start: list[Plan], forced: bool) -> Found:
+def _milp(graph: Graph, limit: int, step: Step, start: list[Plan]) -> Found:
     milp = _module("milp")
     if milp is None:
         return []
-    # Under auto, a smaller work limit: the chain plans it starts from are usually close.
-    work = {} if forced else {"nodes": AUTO_NODES, "runs": AUTO_RUNS}
     # Started from the sqrt plan too, so it is never worse than either.
     start = start + [sqrt.plan_sqrt(graph, step)]
 
     def run(target: int) -> Plan | None:
-        plan, info = milp.plan_milp(graph, target, start=start, step=step, **work)
+        plan, info = milp.plan_milp(graph, target, start=start, step=step)
         run.status = f"{getattr(info, 'status', info)}"
         return plan
 
