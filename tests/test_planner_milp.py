@@ -20,7 +20,7 @@ from remat.planner.peak import activation_bytes, base_bytes, step_graph, total_p
 from remat.planner.plan import NO_PLAN, Block, Plan
 from remat.planner.report import extra_flops
 from remat.planner.sqrt import plan_sqrt, segment_plans
-from remat.planner.stages import stages
+from remat.planner.stages import merged, stages
 
 
 def chain_fn(layers: int = 3):
@@ -145,6 +145,33 @@ def test_plan_milp_matches_brute_force_on_exact_peaks(make):
         plan, info = milp.plan_milp(g, budget)
         assert info.peak == total_peak(g, plan) <= budget
         assert info.objective == extra_flops(g, plan) <= best * (1 + 1e-9) + 1e-9, (budget, info)
+
+
+def test_merged_stages_cover_the_chain_with_fewer_cuts():
+    g = graph_of(*chain_fn(10))
+    chain = stages(g)
+    assert len(chain) == 12 and merged(g, chain, 12) is chain
+    coarse = merged(g, chain, 5)
+    assert len(coarse) == 4  # groups of ceil(12 / 5) = 3 stages
+    last = [chain[min(i + 2, 11)] for i in range(0, 12, 3)]
+    assert [(s.start, s.stop) for s in coarse] == [(chain[i].start, t.stop) for i, t in zip(range(0, 12, 3), last)]
+    assert sum(s.flops for s in coarse) == sum(s.flops for s in chain)
+    assert [s.out_bytes for s in coarse] == [t.out_bytes for t in last]
+    assert sum(s.kept_bytes for s in coarse) == sum(s.kept_bytes for s in chain)
+    assert all(s.internal_bytes >= max(t.internal_bytes for t in chain if s.start <= t.start < s.stop) for s in coarse)
+
+
+def test_a_long_chain_is_planned_over_merged_stages(monkeypatch):
+    """Past MOST_STAGES the program is built over merged stages: every block the MILP places
+    starts and stops at a merged boundary, and the plan fits."""
+    monkeypatch.setattr(milp, "MOST_STAGES", 4)
+    g = graph_of(*chain_fn(10))
+    coarse = merged(g, stages(g), 4)
+    budget = (total_peak(g) + total_peak(g, plan_sqrt(g))) // 2
+    plan, info = milp.plan_milp(g, budget)
+    assert not info.fallback and plan.strategy == "milp" and info.peak == total_peak(g, plan) <= budget
+    starts, stops = {s.start for s in coarse}, {s.stop for s in coarse}
+    assert plan.blocks and all(b.start in starts and b.stop in stops for b in plan.blocks)
 
 
 # ---------------------------------------------------------------- fallback and reporting

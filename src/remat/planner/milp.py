@@ -2,11 +2,12 @@
 schedules a Plan can express, solved by HiGHS through `scipy.optimize.milp`.
 
 Checkmate decides, for every step of the schedule and every value, whether it is computed and
-kept. A Plan is coarser: one level of checkpoint blocks over the stages (`stages.stages`), plus
-the matrix products each block saves. The program encodes exactly that, so every solution is a
-Plan; what it adds over the chain DP is the memory accounting of an arbitrary graph: a value that
-crosses several stages (attention's skip paths, the residual stream read by two layer norms) is
-charged until the backward pass reaches the last stage that holds it, as the evaluator frees it.
+kept. A Plan is coarser: one level of checkpoint blocks over the stages (`stages.stages`, merged
+down to `MOST_STAGES`), plus the matrix products each block saves. The program encodes exactly
+that, so every solution is a Plan; what it adds over the chain DP is the memory accounting of an
+arbitrary graph: a value that crosses several stages (attention's skip paths, the residual
+stream read by two layer norms) is charged until the backward pass reaches the last stage that
+holds it, as the evaluator frees it.
 
 Stages `0..n-1`; position `k` is the backward pass of stage k (the backward runs k = n-1 .. 0,
 so a value is alive at k when the last stage that holds it is at or below k). Variables:
@@ -74,7 +75,7 @@ from remat.planner.peak import ALL, Step, total_peak, traced_step
 from remat.planner.plan import NO_PLAN, Block, Plan
 from remat.planner.report import extra_flops
 from remat.planner.sqrt import segment_plans
-from remat.planner.stages import Stage, stages
+from remat.planner.stages import Stage, merged, stages
 from remat.timeline import _IDENTITIES, _INLINE, _VIEWS  # the evaluator's aliasing, as timeline models it
 
 _DOTS = frozenset({"matmul"})  # einsum and tensordot are composed from matmul
@@ -87,6 +88,10 @@ _TOLERANCE = 0.005  # stop refining T once its bracket is this share of the budg
 # HiGHS's root (presolve, LP, cuts) takes much of each run; 100 nodes x 3 runs plan the 8-block
 # GPT-style model in 12-26 s on a 2-core machine (`remat bench --planner` reports the time).
 NODES = 100
+# The program grows with the square of the stages (x, q and the liveness rows): HiGHS's root
+# takes seconds on the 8-block GPT's 25 stages, minutes on the 64-layer MLP's 70. Longer chains
+# are planned over merged stages; the chain DP, which the MILP starts from, keeps every cut.
+MOST_STAGES = 32
 SAFETY_SECONDS = 300.0
 
 
@@ -115,7 +120,7 @@ def plan_milp(graph: Graph, budget_bytes: int, *, nodes: int = NODES, runs: int 
     plan is returned. If nothing fits, the plan of least peak found is returned with
     `info.peak > budget_bytes`."""
     t0 = time.perf_counter()
-    chain = stages(graph, step)
+    chain = merged(graph, stages(graph, step), MOST_STAGES)
     program = _Program(_buffers(graph, chain), chain)
     tried = _Tried(graph, budget_bytes, step)
     for p in (NO_PLAN, *start, *(segment_plans(graph, step) if chain else ())):  # they calibrate T too

@@ -88,6 +88,21 @@ def stages(graph: Graph, step: Step = ALL) -> list[Stage]:
                   sum(kept_of[a:b]), _working_set(graph, a, b)) for a, b in zip(bounds, bounds[1:])]
 
 
+def merged(graph: Graph, chain: list[Stage], most: int) -> list[Stage]:
+    """`chain` with runs of consecutive stages merged, so that there are at most `most`: a
+    coarser chain on which a model that grows with the square of the stages stays small (a
+    plan over it is a plan over `chain` too, with fewer places to cut)."""
+    if len(chain) <= most:
+        return chain
+    k = -(-len(chain) // most)  # stages per group
+    out = []
+    for group in (chain[i : i + k] for i in range(0, len(chain), k)):
+        a, b = group[0].start, group[-1].stop
+        out.append(Stage(a, b, sum(s.flops for s in group), group[-1].out_bytes,
+                         sum(s.kept_bytes for s in group), _working_set(graph, a, b)))
+    return out
+
+
 def _working_set(graph: Graph, start: int, stop: int) -> int:
     """The most bytes of the stage's own values live at once as its nodes run (each value from
     its node until its last reader in the stage, or the stage's end if read later)."""
@@ -107,4 +122,4 @@ def _working_set(graph: Graph, start: int, stop: int) -> int:
     return high
 
 
-__all__ = ["Stage", "stages", "cuts", "crossing_bytes"]
+__all__ = ["Stage", "stages", "merged", "cuts", "crossing_bytes"]
