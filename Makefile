@@ -16,12 +16,15 @@ demo: $(VENV)/.installed
 
 # The tests run in one worker per core (pytest-xdist): each worker is its own process, so the
 # memory measurements (tracemalloc, RSS of worker subprocesses) are not shared between tests.
+# One test file goes to one worker (`loadfile`): a module's tests share what its fixtures and
+# caches measured, which a second worker would measure again. (`loadgroup` would group finer,
+# but pytest-xdist 3.8's grouping does nothing under pytest 9.2.)
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(PY) -m pytest -n auto --dist loadgroup
+	$(PY) -m pytest -n auto --dist loadfile
 
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -n auto --dist loadgroup -m "not slow"
+	$(PY) -m pytest -n auto --dist loadfile -m "not slow"
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/remat bench

@@ -14,9 +14,6 @@ import remat as rm
 from remat import demo, memory, timeline
 from remat.models import residual_mlp_loss, residual_mlp_params
 
-# Its tests share module-level results: under pytest-xdist (`--dist loadgroup`) one worker runs them all.
-pytestmark = pytest.mark.xdist_group("test_demo_picture")
-
 MiB = 2**20
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -19,9 +19,6 @@ from multidevice import environment, run, run_file
 from remat import models, parallel
 from remat.bench.config import GPT, inputs
 
-# Its tests share module-level results: under pytest-xdist (`--dist loadgroup`) one worker runs them all.
-pytestmark = pytest.mark.xdist_group("test_parallel")
-
 PLANS = ("none", "layer", "sqrt", "dots")
 # Three blocks, so that √L segments (2 + 1 blocks) differ from one checkpoint per block; 8 heads,
 # so that tensor parallelism can split them over all 8 devices.

@@ -367,7 +367,8 @@ def test_the_same_step_always_gets_the_same_plan():
     assert plans[0] == plans[1] == plans[2]
 
 
-@pytest.mark.parametrize("model", ["mlp32", pytest.param("gpt6", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["mlp32", "gpt6"])
 def test_a_bigger_budget_never_gets_a_costlier_plan(model):
     """Deep enough that 30% of the activation memory is reachable."""
     fn, args = {"mlp32": MODELS["mlp32"], "gpt6": lambda: gpt(6)}[model]()

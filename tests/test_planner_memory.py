@@ -14,9 +14,6 @@ from remat.bench import planner
 from remat.bench.config import MLP
 from remat.cli import main
 
-# Its tests share module-level results: under pytest-xdist (`--dist loadgroup`) one worker runs them all.
-pytestmark = pytest.mark.xdist_group("test_planner_memory")
-
 MiB = 2**20
 
 

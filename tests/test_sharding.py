@@ -16,9 +16,6 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 import remat as rm  # noqa: E402
 from multidevice import run_file  # noqa: E402
 
-# Its tests share module-level results: under pytest-xdist (`--dist loadgroup`) one worker runs them all.
-pytestmark = pytest.mark.xdist_group("test_sharding")
-
 CHECKS = __file__.replace("test_sharding.py", "multidevice_sharding.py")
 MESH = Mesh(np.array(jax.devices()[:1]), ("data",))
 ROWS = NamedSharding(MESH, P("data", None))
