@@ -321,8 +321,7 @@ def test_reaching_the_time_limit_returns_the_best_start_plan_not_a_partial_one(m
 
     monkeypatch.setattr(milp._Program, "solve", timed_out_second)
     plan, info = milp.plan_milp(g, budget, start=[start])
-    if len(calls) < 2:
-        pytest.skip("HiGHS converged in one run: no second run to time out")
+    assert len(calls) >= 2, "HiGHS converged in one run: no second run to time out, the test checks nothing"
     assert info.fallback and plan.strategy != "milp"
     assert "time limit of 300 s reached (a safety net)" in info.status
     assert info.peak <= budget and info.objective <= extra_flops(g, start)

@@ -86,7 +86,7 @@ _TOLERANCE = 0.005  # stop refining T once its bracket is this share of the budg
 # Work, not seconds, bounds each HiGHS run, so a plan never depends on the machine's load: the
 # branch-and-bound nodes per run. The time limit is only a safety net a normal run never reaches.
 # HiGHS's root (presolve, LP, cuts) takes much of each run; 100 nodes x 3 runs plan the 8-block
-# GPT-style model in 12-26 s on a 2-core machine (`remat bench --planner` reports the time).
+# GPT-style model in 11-22 s on a 2-core machine (`remat bench --planner` reports the time).
 NODES = 100
 # The program grows with the square of the stages (x, q and the liveness rows): HiGHS's root
 # takes seconds on the 8-block GPT's 25 stages, minutes on the 64-layer MLP's 70. Longer chains
@@ -370,20 +370,18 @@ class _Program:
 
     def _crossing(self, b: _Buffer) -> None:
         d = b.stage
+        # A block that starts at t reads b when it reaches b's first reader at or after t.
+        first = {t: min((r for r in b.readers if r >= t), default=None) for t in range(d + 1, self.n)}
         for k in range(d, self.n):
             a = self._alive(k, b)
             held = [h for h in b.holders if h <= k]
             self.lower += [(a, 0.0, [(self.p[h], 1.0)]) for h in held]
             if held:
                 self.lower.append((a, 0.0, [(self.q[d, k], 1.0)]))
-            # an explicit input of a block that starts after d, at or before k, and reads it: a
-            # block from t reads it when it reaches r, the first reader at or after t, and
-            # Σ_{j>r} x[t,j] = q[t,r] - q[t-1,r]
-            starts = []
-            for t in range(d + 1, k + 1):
-                r = min((r for r in b.readers if r >= t), default=None)
-                if r is not None:
-                    starts += [(self.q[t, r], 1.0), (self.q[t - 1, r], -1.0)]
+            # an explicit input of a block that starts after d, at or before k, and reads it:
+            # the blocks from t that reach r are Σ_{j>r} x[t,j] = q[t,r] - q[t-1,r]
+            starts = [term for t in range(d + 1, k + 1) if first[t] is not None
+                      for term in ((self.q[t, first[t]], 1.0), (self.q[t - 1, first[t]], -1.0))]
             if starts:
                 self.lower.append((a, 0.0, starts))
 

@@ -8,9 +8,9 @@ plan of least recomputation among those that fit: the chain DP's, the chain DP's
 budgets of a fixed ladder (`RUNGS`: a plan that fits less fits more, so a bigger budget never
 gets a costlier plan than these), the MILP's (started from all of those and the sqrt plan) and
 the segment plans of `sqrt.segment_plans`. Auto skips the MILP when a plan that fits recomputes
-nothing. Every strategy bounds its work, not its time, so
-the same graph and budget always give the same plan. When nothing fits, the error states the
-smallest peak found, in bytes and as a fraction, and the budget that works.
+nothing. Every strategy bounds its work, not its time, so the same graph and budget always give
+the same plan. When nothing fits, the error states the smallest peak found, in bytes and as a
+fraction, and the budget that works.
 
 >>> import remat as rm
 >>> layer = lambda h: h + rm.tanh(h)
