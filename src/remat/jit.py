@@ -26,6 +26,8 @@ from remat.backends.host_slices import host_slices
 from remat.backends.xla_offsets import offsets_at_run_time
 from remat.errors import ArgumentTypeError, ArgumentValueError, callable_name
 from remat.graph import type_str
+from remat.planner.target import Target
+from remat.planner.target import running_on as planned_for
 from remat.trace import (
     Tensor,
     Traced,
@@ -263,7 +265,7 @@ class Jitted:
         with self._lock:
             self.trace_count += 1
         mesh, ins = self._input_layout(dynamic, kwargs, signature)
-        with sharding.tracing(self.backend, mesh):
+        with sharding.tracing(self.backend, mesh), planned_for(Target(self.backend, **self.options)):
             traced = trace_function(self._traceable(static), (dynamic, kwargs), name=self._name)
         placed = None
         if ins is not None:

@@ -547,11 +547,13 @@ def _separate_labels(ax, renderer) -> None:
 # ---------------------------------------------------------------- the memory planner's report
 
 
-def plan_report(fn, *args, memory_budget, strategy=None, argnums=None):
+def plan_report(fn, *args, memory_budget, strategy=None, argnums=None, backend: str = "numpy"):
     """The plan `rm.grad(fn, memory_budget=...)` makes for `fn(*args)` (differentiated as
     `saved_residuals` does): the strategy, the budget, the predicted peak, the values kept (with
     their provenance) and those recomputed, the extra FLOPs, the solver's status and time.
-    `print(report)` prints it as `print_saved_residuals` does.
+    `print(report)` prints it as `print_saved_residuals` does. `backend` is where the step will
+    run: under `rm.jit(backend="xla")` a step is counted as XLA's buffer report of its stages
+    adds up (`remat.planner.target`), and so planned.
 
     >>> import remat as rm
     >>> layer = lambda h: h + rm.tanh(h)
@@ -562,12 +564,15 @@ def plan_report(fn, *args, memory_budget, strategy=None, argnums=None):
     """
     import dataclasses as dc
 
+    from remat.jit import check_backend
     from remat.planner.solve import collect_reports
+    from remat.planner.target import NUMPY, Target, running_on
 
     if memory_budget is None:
         raise ArgumentValueError("memory.plan_report: memory_budget=None plans nothing; pass a budget, "
                                  "e.g. memory_budget='300MiB' or memory_budget=0.5")
-    with collect_reports() as reports:
+    check_backend(backend, "memory.plan_report")
+    with collect_reports() as reports, running_on(Target("xla") if backend == "xla" else NUMPY):
         prog = _program(fn, args, argnums, where="memory.plan_report", memory_budget=memory_budget,
                         strategy=strategy)
     return dc.replace(reports[-1], kept=tuple(_residuals_of(prog)))

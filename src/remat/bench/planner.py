@@ -150,6 +150,7 @@ def _report_figures(report) -> dict:
     constants (`base`), which every plan holds and the budget includes."""
     base = int(report.base_bytes)
     return {"predicted": int(report.predicted_peak) - base, "budget": int(report.budget_bytes) - base, "base": base,
+            "unplanned": int(report.unplanned_peak) - base,
             "strategy": report.strategy, "flops": 1.0 + report.extra_flops_ratio, "plan": _fingerprint(report),
             "solver": f"{report.solver_status} in {report.solver_time:.1f} s"}
 

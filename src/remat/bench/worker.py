@@ -1,6 +1,6 @@
 """One measurement of `remat bench` in a process of its own:
 
-    MALLOC_MMAP_THRESHOLD_=65536 python -m remat.bench.worker '<json job>'
+    MALLOC_MMAP_THRESHOLD_=65536 [MALLOC_ARENA_MAX=1] python -m remat.bench.worker '<json job>'
 
 Every framework's step is the same function: parameters and data in, the loss and the gradients
 of the parameters out, nothing kept behind (see `remat.bench.impl_*`).
@@ -10,10 +10,13 @@ data and the compiled step resident, they take the resident set size (RSS) as th
 find its peak during one step (the kernel's high-water mark, reset at the baseline, and samples
 every 0.5 ms); the figure is the peak above the baseline, so the step's outputs, the gradients
 among them, count in it. Freed buffers go back to the OS under that malloc setting, so RSS
-follows live memory. Each runtime sets itself up before the baseline: eager frameworks by a
-first step; XLA by a small unrelated step (its thread pool and their malloc arenas: about
-11 MiB), and then the step is measured on its first run, because XLA:CPU keeps an executable's
-temporary buffer resident after it ran once, which would hide the peak inside the baseline.
+follows live memory; memory jobs also run with one malloc arena, so that the freed small
+blocks of a runtime's pool threads do not stay resident in arenas of their own (on XLA that
+was ~0.55 MiB per distinct executable on its first run). Each runtime sets itself up before
+the baseline: eager frameworks by a first step; XLA by a small unrelated step (its thread
+pool), and then the step is measured on its first run, because XLA:CPU may keep an
+executable's temporary buffer resident after it ran once (the unplanned GPT-style step kept
+102 of its 134 MiB), which would hide the peak inside the baseline.
 remat on NumPy reports its evaluator's own count of live bytes during the step, with
 tracemalloc's and RSS's beside it.
 

@@ -472,8 +472,13 @@ def min_chain_peak(graph: Graph, step: Step = ALL) -> int:
     """The least total peak (inputs and constants included) a chain plan reaches: the exact
     count (`peak.total_peak`) of the plan of least predicted peak. `plan_chain` finds a plan
     for any budget at least this."""
+    return total_peak(graph, least_plan(graph, step), step)
+
+
+def least_plan(graph: Graph, step: Step = ALL) -> Plan:
+    """The chain plan of least predicted peak (the cheapest such)."""
     model = chain_model(graph, step)
-    return total_peak(graph, to_plan(model, _least(model)), step)
+    return to_plan(model, _least(model))
 
 
 def _least(model: ChainModel) -> Schedule:

@@ -16,6 +16,9 @@ Figures (bytes):
   "activation memory" a fractional budget is a fraction of. (planner_api.md wrote
   `step_peak - base_bytes`; since `step_peak` leaves the base out already, it is `step_peak`.)
 
+A step traced for XLA is counted by `xla_step_peak` instead (see `remat.planner.target`);
+`StepCount` gives a target's count of any plan of one step.
+
 >>> import remat as rm
 >>> g = rm.make_graph(lambda x: rm.sum(rm.tanh(x) * 2.0))(rm.ones((256,)))
 >>> step_peak(g) == rm.memory.profile(lambda x: rm.sum(rm.tanh(x) * 2.0), rm.ones((256,))).peak_bytes
@@ -31,6 +34,7 @@ import numpy as np
 from remat import dtypes, timeline
 from remat.graph import Graph, Var
 from remat.planner.plan import NO_PLAN, Plan, apply
+from remat.planner.target import Target
 from remat.trace import Tensor, new_trace
 
 
@@ -110,5 +114,36 @@ def activation_bytes(graph: Graph, step: Step = ALL) -> int:
     return step_peak(graph, NO_PLAN, step)
 
 
+def xla_step_peak(graph: Graph, plan: Plan = NO_PLAN, step: Step = ALL, target: Target = Target("xla")) -> int:
+    """XLA's count of the step (inputs and constants left out): its program compiled as `rm.jit`
+    compiles it for `target`, and the most a run holds at once by XLA's buffer report of each
+    stage (`remat.backends.xla.StageMemory`)."""
+    from remat.backends import xla
+
+    program = xla.lower(step_graph(graph, plan, step), staged=target.staged, precision=target.precision)
+    return xla.stage_memory(program).peak
+
+
+class StepCount:
+    """`count(plan)`: the total peak of `graph`'s step planned so, as `target` counts it (see
+    `remat.planner.target`); `count.activation` the unplanned step's allocation. On NumPy that is
+    `total_peak`; on XLA each plan is compiled once."""
+
+    def __init__(self, graph: Graph, step: Step, target: Target):
+        self.graph, self.step, self.target = graph, step, target
+        self.exact = target.backend != "xla"  # the strategies' own count
+        self.base = base_bytes(graph)
+        self._seen: dict[Plan, int] = {}
+        self.activation = self(NO_PLAN) - self.base
+
+    def __call__(self, plan: Plan) -> int:
+        if plan not in self._seen:
+            if self.exact:
+                self._seen[plan] = total_peak(self.graph, plan, self.step)
+            else:
+                self._seen[plan] = self.base + xla_step_peak(self.graph, plan, self.step, self.target)
+        return self._seen[plan]
+
+
 __all__ = ["Step", "ALL", "TracedStep", "traced_step", "step_graph", "step_peak", "base_bytes", "total_peak",
-           "activation_bytes"]
+           "activation_bytes", "xla_step_peak", "StepCount"]

@@ -57,6 +57,7 @@ class PlanReport:
     solver_time: float  # seconds, planning and checking together
     plan: Plan = NO_PLAN
     kept: tuple = ()  # rm.memory.Residual rows: what the planned step keeps for its backward pass
+    counted_by: str = "the NumPy evaluator"  # whose count of memory the bytes are
 
     @property
     def extra_flops_ratio(self) -> float:
@@ -71,7 +72,7 @@ class PlanReport:
             f"(memory_budget={self.memory_budget!r}), predicted peak {_size(self.predicted_peak)} "
             f"({self.predicted_peak} bytes)",
             f"  inputs and constants {_size(self.base_bytes)}; the step without a plan: "
-            f"{_size(self.unplanned_peak)}",
+            f"{_size(self.unplanned_peak)}; counted by {self.counted_by}",
             f"  recomputes {_flops(self.extra_flops)}, {self.extra_flops_ratio:.2f} of the step's "
             f"{_flops(self.step_flops)}; solver: {self.solver_status} in {self.solver_time:.2f} s",
         ]

@@ -3,7 +3,9 @@
 The strategies model memory their own way (the chain DP over stages, the MILP over values);
 only `peak.total_peak` — the evaluator's exact count of the whole planned step — decides
 whether a plan fits. A strategy whose plan turns out over budget is asked again for a budget
-smaller by the overshoot, a few times, before it gives up. `strategy=None` ("auto") takes the
+smaller by the overshoot, a few times, before it gives up. A step traced for XLA must also fit
+as XLA counts it (`remat.planner.target`): the plan chosen is compiled and, while it is over,
+everything is planned again for a budget smaller by that overshoot. `strategy=None` ("auto") takes the
 plan of least recomputation among those that fit: the chain DP's, the chain DP's for the smaller
 budgets of a fixed ladder (`RUNGS`: a plan that fits less fits more, so a bigger budget never
 gets a costlier plan than these), the MILP's (started from all of those and the sqrt plan) and
@@ -35,10 +37,12 @@ from remat.errors import ArgumentValueError, at_source, user_source
 from remat.graph import Graph
 from remat.planner import budget as budgets
 from remat.planner import sqrt
+from remat.planner import target as targets
 from remat.planner.cost import flops
-from remat.planner.peak import ALL, Step, activation_bytes, base_bytes, step_graph, total_peak
+from remat.planner.peak import ALL, Step, StepCount, activation_bytes, base_bytes, step_graph, total_peak
 from remat.planner.plan import NO_PLAN, Plan, apply
 from remat.planner.report import PlanReport, PlanWarning, extra_flops, recomputed_values
+from remat.planner.target import Target
 
 TRIES = 6  # how often a strategy is asked again with a budget tightened by its overshoot
 RUNGS = tuple(k / 10 for k in range(1, 10))  # the smaller budgets auto also plans the chain for
@@ -59,13 +63,15 @@ def collect_reports() -> Iterator[list[PlanReport]]:
 
 def plan_step(graph: Graph, memory_budget, strategy, step: Step = ALL) -> tuple[Graph, PlanReport]:
     """`graph` with the plan chosen for `memory_budget` applied, and its report. `memory_budget`
-    and `strategy` are what a user passes (see `remat.planner.budget`). A graph planned before
+    and `strategy` are what a user passes (see `remat.planner.budget`); the step is counted as
+    the backend it is traced for counts memory (`remat.planner.target`). A graph planned before
     (the same program, printed alike: an eager `rm.grad` traces anew at every call) reuses its
     plan."""
-    key = (str(graph), repr(budgets.parse_budget(memory_budget)), budgets.parse_strategy(strategy), step)
+    target = targets.current()
+    key = (str(graph), repr(budgets.parse_budget(memory_budget)), budgets.parse_strategy(strategy), step, target)
     report = _CACHE.get(key)
     if report is None:
-        report = _plan(graph, memory_budget, strategy, step)
+        report = _plan(graph, memory_budget, strategy, step, target)
         _CACHE[key] = report
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
@@ -80,20 +86,13 @@ CACHE_SIZE = 64
 _CACHE: dict[tuple, PlanReport] = {}
 
 
-def _plan(graph: Graph, memory_budget, strategy, step: Step) -> PlanReport:
+def _plan(graph: Graph, memory_budget, strategy, step: Step, target: Target) -> PlanReport:
     started = time.perf_counter()
     budget = budgets.parse_budget(memory_budget)
     name = budgets.parse_strategy(strategy)
-    base, activation = base_bytes(graph), activation_bytes(graph, step)
-    limit = budget.resolve(base, activation)
-    if base + activation <= limit:
-        found = [(NO_PLAN, base + activation, "the step fits without a plan")]
-    else:
-        found = _candidates(graph, limit, name, step)
-    fits = [(p, peak, status) for p, peak, status in found if peak <= limit]
-    if not fits:
-        raise _infeasible(graph, memory_budget, limit, base, activation, found, step, name)
-    plan, peak, status = min(fits, key=lambda f: (extra_flops(graph, f[0]), f[1]))
+    count = StepCount(graph, step, target)
+    limit = budget.resolve(count.base, count.activation)
+    plan, peak, status = _fitting(graph, memory_budget, limit, name, step, count)
     loops = _loops(graph)
     if loops:
         status += f"; the working memory inside {loops} is not counted"
@@ -103,9 +102,39 @@ def _plan(graph: Graph, memory_budget, strategy, step: Step) -> PlanReport:
             f"about one iteration's values: leave room in the budget{at_source(user_source())}"), stacklevel=2)
     return PlanReport(
         strategy=plan.strategy, memory_budget=memory_budget, budget_bytes=limit, predicted_peak=peak,
-        base_bytes=base, unplanned_peak=base + activation, recomputed=recomputed_values(graph, plan),
+        base_bytes=count.base, unplanned_peak=count.base + count.activation, recomputed=recomputed_values(graph, plan),
         extra_flops=extra_flops(graph, plan), step_flops=flops(step_graph(graph, NO_PLAN, step)),
-        solver_status=status, solver_time=time.perf_counter() - started, plan=plan)
+        solver_status=status, solver_time=time.perf_counter() - started, plan=plan, counted_by=str(target))
+
+
+def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: StepCount) -> tuple[Plan, int, str]:
+    """The plan of least recomputation that fits `limit` as the target counts it. The strategies
+    plan by the evaluator's count; where the target's differs (XLA), the plan they choose is
+    counted the target's way and, while it is over, they plan again for a limit smaller by the
+    overshoot."""
+    unplanned = count.base + count.activation
+    if unplanned <= limit:
+        return NO_PLAN, unplanned, "the step fits without a plan"
+    evaluated = total_peak(graph, NO_PLAN, step)
+    goal, tried = limit, []
+    for _ in range(1 if count.exact else TRIES):
+        found = [(NO_PLAN, evaluated, "")] if evaluated <= goal else _candidates(graph, goal, name, step)
+        fits = [(p, peak, status) for p, peak, status in found if peak <= goal]
+        if not fits:
+            break
+        plan, _, status = min(fits, key=lambda f: (extra_flops(graph, f[0]), f[1]))
+        peak = count(plan)
+        tried.append(peak)
+        if peak <= limit:
+            return plan, peak, status if count.exact else f"{status}; counted by {count.target}"
+        goal -= max(peak - limit, 1)
+    if count.exact:
+        raise _infeasible(graph, written, limit, count, found, step, name)
+    # The most frugal plan the strategies know, counted the target's way: what the error offers.
+    frugal = min(_frugal_plans(graph, evaluated, step), key=lambda f: f[1])[0]
+    if name == "auto" and count(frugal) <= limit:
+        return frugal, count(frugal), f"the least memory the strategies reach; counted by {count.target}"
+    raise _infeasible(graph, written, limit, count, [(frugal, count(frugal), "")], step, name, tried)
 
 
 Found = list[tuple[Plan, int, str]]  # plans with their exact total peaks and how they were found
@@ -219,35 +248,40 @@ def _module(name: str):
         return None
 
 
-def _infeasible(graph: Graph, written, limit: int, base: int, activation: int, found: Found,
-                step: Step, name: str) -> ArgumentValueError:
-    lowest = min([peak for _, peak, _ in found] + _lowest_peaks(graph, base + activation, step))
+def _infeasible(graph: Graph, written, limit: int, count: StepCount, found: Found, step: Step, name: str,
+                tried: list[int] = ()) -> ArgumentValueError:
+    base, activation = count.base, count.activation
+    peaks = [peak for _, peak, _ in found] + list(tried)
+    frugal = [peak for _, peak in _frugal_plans(graph, base + activation, step)] if count.exact else []
+    lowest = min(peaks + frugal)
     if lowest <= limit:  # a forced strategy missed what the others reach
-        tried = min(peak for _, peak, _ in found) if found else base + activation
+        tried_least = min(peaks, default=base + activation)
         return ArgumentValueError(
             f"memory_budget: {_written(written, limit)} is below the smallest peak strategy={name!r} reaches "
-            f"on this step, {tried} bytes; other plans fit it: pass strategy=None to take the cheapest")
+            f"on this step, {tried_least} bytes; other plans fit it: pass strategy=None to take the cheapest")
     share = (lowest - base) / activation if activation else 1.0
     fraction = math.ceil(share * 100) / 100
+    counted = "" if count.exact else f", counted by {count.target}"
     return ArgumentValueError(
         f"memory_budget: {_written(written, limit)} is below the smallest peak this step can reach, "
-        f"{lowest} bytes ({fraction:g} of its activation memory, with {base} bytes of inputs and constants); "
-        f"the smallest budget that works is memory_budget={lowest} (or {fraction:g})")
+        f"{lowest} bytes ({fraction:g} of its activation memory, with {base} bytes of inputs and constants"
+        f"{counted}); the smallest budget that works is memory_budget={lowest} (or {fraction:g})")
 
 
-def _lowest_peaks(graph: Graph, unplanned: int, step: Step) -> list[int]:
-    """Exact peaks of the most frugal plans each strategy makes: the segment plans, and the
-    chain plans for budgets from its own least prediction up (a model is not the count: the
+def _frugal_plans(graph: Graph, unplanned: int, step: Step) -> list[tuple[Plan, int]]:
+    """The most frugal plans each strategy makes, with their exact peaks: the segment plans, and
+    the chain plans for budgets from its own least prediction up (a model is not the count: the
     plan it thinks least need not be)."""
-    peaks = [unplanned] + [total_peak(graph, p, step) for p in sqrt.segment_plans(graph, step)]
+    plans = [(NO_PLAN, unplanned)] + [(p, total_peak(graph, p, step)) for p in sqrt.segment_plans(graph, step)]
     chain = _module("chain")
     if chain is not None:
-        low = chain.min_chain_peak(graph, step)
-        peaks.append(low)
+        least = chain.least_plan(graph, step)
+        low = total_peak(graph, least, step)
+        plans.append((least, low))
         for k in range(1, 8):
             plan = chain.plan_chain(graph, low + (unplanned - low) * k // 8, step)
-            peaks += [] if plan is None else [total_peak(graph, plan, step)]
-    return peaks
+            plans += [] if plan is None else [(plan, total_peak(graph, plan, step))]
+    return plans
 
 
 def _written(written, limit: int) -> str:
