@@ -430,7 +430,9 @@ class Runner:
                     # One stage at a time: dispatched while the one before still runs, a stage's
                     # outputs and temporaries would be allocated beside that one's, and the run
                     # would hold more than `last_memory` (on the planned 64-layer MLP, 5-12 MiB
-                    # more, varying from run to run). Waiting costs a few microseconds a stage.
+                    # more, varying from run to run). Waiting keeps Python's dispatch of a stage
+                    # from overlapping the one before: 1.08x the step time with 65 stages (the
+                    # MLP checkpointed per layer), nothing measurable with 9.
                     jax.block_until_ready(outs)
                 env.update(zip(stage.graph.outputs, outs))
             self.last_memory = self._memory
