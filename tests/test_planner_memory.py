@@ -3,7 +3,7 @@
 memory. On NumPy (the evaluator's count, beside tracemalloc) the measured peak is within the
 budget + 5% and exactly the predicted one. On XLA staged the planner counts what XLA's buffer
 report of each stage adds up to (the fraction is of that count too): the program run fits the
-budget by that count, and its resident memory in a fresh process follows it (within the spread
+budget by that count, and its resident memory in a fresh process follows it (within
 its run-to-run spread, `XLA_SPREAD`). On both, the gradients equal the unplanned step's, and no
 hand-placed plan that fits in as little memory costs fewer FLOPs. The measurements are
 `remat bench --planner`'s (`remat.bench.planner`); the fast tests below check its bookkeeping."""
