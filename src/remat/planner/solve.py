@@ -116,25 +116,27 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
     if unplanned <= limit:
         return NO_PLAN, unplanned, "the step fits without a plan"
     evaluated = total_peak(graph, NO_PLAN, step)
-    goal, tried = limit, []
-    for _ in range(1 if count.exact else TRIES):
-        found = [(NO_PLAN, evaluated, "")] if evaluated <= goal else _candidates(graph, goal, name, step)
-        fits = [(p, peak, status) for p, peak, status in found if peak <= goal]
+    candidates: Found = []
+    counted = "" if count.exact else f"; counted by {count.target}"
+
+    def cheapest(goal: int) -> tuple[Plan, str] | None:
+        candidates[:] = [(NO_PLAN, evaluated, "")] if evaluated <= goal else _candidates(graph, goal, name, step)
+        fits = [(p, peak, status) for p, peak, status in candidates if peak <= goal]
         if not fits:
-            break
+            return None
         plan, _, status = min(fits, key=lambda f: (extra_flops(graph, f[0]), f[1]))
-        peak = count(plan)
-        tried.append(peak)
-        if peak <= limit:
-            return plan, peak, status if count.exact else f"{status}; counted by {count.target}"
-        goal -= max(peak - limit, 1)
-    if count.exact:
-        raise _infeasible(graph, written, limit, count, found, step, name)
+        return plan, status + counted
+
+    tried = _checked(cheapest, limit, count)
+    if tried and tried[-1][1] <= limit:
+        return tried[-1]
+    if count.exact:  # the strategies' own count: what they found is all there is
+        raise _infeasible(graph, written, limit, count, candidates, step, name)
     # The most frugal plan the strategies know, counted the target's way: what the error offers.
     frugal = min(_frugal_plans(graph, evaluated, step), key=lambda f: f[1])[0]
     if name == "auto" and count(frugal) <= limit:
-        return frugal, count(frugal), f"the least memory the strategies reach; counted by {count.target}"
-    raise _infeasible(graph, written, limit, count, [(frugal, count(frugal), "")], step, name, tried)
+        return frugal, count(frugal), "the least memory the strategies reach" + counted
+    raise _infeasible(graph, written, limit, count, tried + [(frugal, count(frugal), "")], step, name)
 
 
 Found = list[tuple[Plan, int, str]]  # plans with their exact total peaks and how they were found
@@ -159,7 +161,8 @@ def _candidates(graph: Graph, limit: int, name: str, step: Step) -> Found:
     found: Found = []
     chain = _module("chain")
     if name in ("chain", "auto") and chain is not None:
-        found += _checked(lambda b: chain.plan_chain(graph, b, step), graph, limit, step, "optimal for the chain")
+        found += _checked(lambda b: _named(chain.plan_chain(graph, b, step), "optimal for the chain"), limit,
+                          lambda p: total_peak(graph, p, step))
     if name == "auto" and chain is not None:
         found += _rungs(graph, limit, step, chain)
     fits = [p for p, peak, _ in found if peak <= limit]
@@ -170,19 +173,25 @@ def _candidates(graph: Graph, limit: int, name: str, step: Step) -> Found:
     return found
 
 
-def _checked(strategy: Callable[[int], Plan | None], graph: Graph, limit: int, step: Step, status: str) -> Found:
-    """The strategy's plan for `limit`, asked again with less while its exact peak is over."""
+def _checked(strategy: Callable[[int], tuple[Plan, str] | None], limit: int, count: Callable[[Plan], int]) -> Found:
+    """The strategy's plan (and how it was found) for `limit`, asked again with less while its
+    `count` is over."""
     found, target = [], limit
     for _ in range(TRIES):
-        plan = strategy(target)
-        if plan is None:
+        made = strategy(target)
+        if made is None:
             break
-        peak = total_peak(graph, plan, step)
+        plan, status = made
+        peak = count(plan)
         found.append((plan, peak, status))
         if peak <= limit:
             break
         target -= max(peak - limit, 1)
     return found
+
+
+def _named(plan: Plan | None, status: str) -> tuple[Plan, str] | None:
+    return None if plan is None else (plan, status)
 
 
 def _rungs(graph: Graph, limit: int, step: Step, chain) -> Found:
@@ -217,14 +226,11 @@ def _milp(graph: Graph, limit: int, step: Step, start: list[Plan]) -> Found:
     # Started from the sqrt plan too, so it is never worse than either.
     start = start + [sqrt.plan_sqrt(graph, step)]
 
-    def run(target: int) -> Plan | None:
+    def run(target: int) -> tuple[Plan, str] | None:
         plan, info = milp.plan_milp(graph, target, start=start, step=step)
-        run.status = f"{getattr(info, 'status', info)}"
-        return plan
+        return _named(plan, f"{getattr(info, 'status', info)}")
 
-    run.status = "milp"
-    found = _checked(run, graph, limit, step, "milp")
-    return [(p, peak, run.status) for p, peak, _ in found]
+    return _checked(run, limit, lambda p: total_peak(graph, p, step))
 
 
 def _segments(graph: Graph, limit: int, step: Step, stop_at_fit: bool) -> Found:
@@ -248,10 +254,10 @@ def _module(name: str):
         return None
 
 
-def _infeasible(graph: Graph, written, limit: int, count: StepCount, found: Found, step: Step, name: str,
-                tried: list[int] = ()) -> ArgumentValueError:
+def _infeasible(graph: Graph, written, limit: int, count: StepCount, found: Found, step: Step,
+                name: str) -> ArgumentValueError:
     base, activation = count.base, count.activation
-    peaks = [peak for _, peak, _ in found] + list(tried)
+    peaks = [peak for _, peak, _ in found]
     frugal = [peak for _, peak in _frugal_plans(graph, base + activation, step)] if count.exact else []
     lowest = min(peaks + frugal)
     if lowest <= limit:  # a forced strategy missed what the others reach
