@@ -262,14 +262,15 @@ def test_plan_report_contents():
     report = rm.memory.plan_report(fn, *args, memory_budget=0.7, strategy="sqrt")
     assert report.strategy == "sqrt" and report.memory_budget == 0.7
     assert report.predicted_peak <= report.budget_bytes < report.unplanned_peak
-    assert 0 < report.extra_flops_ratio < 1 and report.solver_time > 0
+    assert 0 < report.extra_flops_ratio < 1 and 0 < report.extra_time_ratio < 1 and report.solver_time > 0
     assert report.recomputed and all(r.runs == 1 for r in report.recomputed)
     assert {r.provenance.split(" at ")[0] for r in report.recomputed} >= {"output of tanh", "output of matmul"}
     assert "test_planner.py" in report.recomputed[0].provenance
     assert [r.provenance for r in report.kept][:2] == ["argument p[0][0]", "argument p[0][1]"]
     text = str(report)
     for phrase in ("memory plan: strategy sqrt", "memory_budget=0.7", "predicted peak", "kept for the backward pass",
-                   "recomputed in the backward pass", "output of tanh at", "solver: heuristic"):
+                   "recomputed in the backward pass", "output of tanh at", "solver: heuristic",
+                   f"(predicted time: +{report.extra_time_ratio:.2f} of the step's)"):
         assert phrase in text
     kept = rm.memory.saved_residuals(fn, *args, memory_budget=0.7, strategy="sqrt")
     assert [r.provenance for r in kept] == [r.provenance for r in report.kept]
@@ -375,7 +376,7 @@ def test_a_bigger_budget_never_gets_a_costlier_plan(model):
     g = rm.make_graph(fn)(*args)
     solve._CACHE.clear()
     reports = [solve.plan_step(g, share, None)[1] for share in (0.3, 0.5, 0.6, 0.75, 0.9)]
-    extra = [r.extra_flops for r in reports]
+    extra = [r.extra_cost for r in reports]
     assert all(r.predicted_peak <= r.budget_bytes for r in reports)
     assert extra == sorted(extra, reverse=True), extra
 
@@ -396,8 +397,8 @@ def test_auto_takes_a_chain_plan_made_for_a_smaller_budget(monkeypatch):
                         plan_chain(graph, b, step) if b <= rung else plan_sqrt(graph, step))
     solve._CACHE.clear()
     _, report = solve.plan_step(g, 0.9, None)
-    assert solve.extra_flops(g, small) < solve.extra_flops(g, plan_sqrt(g))  # else the test checks nothing
-    assert report.extra_flops <= solve.extra_flops(g, small)
+    assert solve.extra_cost(g, small) < solve.extra_cost(g, plan_sqrt(g))  # else the test checks nothing
+    assert report.extra_cost <= solve.extra_cost(g, small)
 
 
 def test_auto_runs_the_milp_and_skips_it_when_nothing_is_recomputed(monkeypatch):

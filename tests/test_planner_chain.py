@@ -15,7 +15,7 @@ from remat import tree
 from remat.loops import revolve
 from remat.models import residual_mlp_loss, residual_mlp_params
 from remat.planner import chain
-from remat.planner.chain import ChainModel, cheapest, min_peak, schedule_flops, schedule_peak, to_plan
+from remat.planner.chain import ChainModel, cheapest, min_peak, schedule_cost, schedule_peak, to_plan
 from remat.planner.peak import base_bytes, step_graph, step_peak, total_peak
 
 # ---------------------------------------------------------------- abstract chains
@@ -37,14 +37,14 @@ def test_equal_steps_recompute_revolve_binomial_count(length, snapshots):
     # evaluation per step in its youturn, Griewank and Walther's binomial optimum.
     model = revolve_chain(length)
     schedule = cheapest(model, snapshots + 100)
-    assert schedule_flops(model, schedule) == revolve.advances(length, snapshots) + length
+    assert schedule_cost(model, schedule) == revolve.advances(length, snapshots) + length
     assert schedule_peak(model, schedule) <= snapshots + 100
 
 
 def test_one_snapshot_fewer_costs_more():
     model = revolve_chain(20)
-    assert schedule_flops(model, cheapest(model, 103)) == 65  # F(20, 3) + 20
-    assert schedule_flops(model, cheapest(model, 102)) == revolve.advances(20, 2) + 20 == 85
+    assert schedule_cost(model, cheapest(model, 103)) == 65  # F(20, 3) + 20
+    assert schedule_cost(model, cheapest(model, 102)) == revolve.advances(20, 2) + 20 == 85
     assert cheapest(model, 100) is None  # no room for even the last step's output
     assert min_peak(model)[0] == 101
 
@@ -76,7 +76,7 @@ def random_chain(rng: np.random.Generator, length: int) -> ChainModel:
 def test_dp_is_optimal_on_small_heterogeneous_chains(seed):
     rng = np.random.default_rng(seed)
     model = random_chain(rng, int(rng.integers(2, 6)))
-    options = [(schedule_peak(model, s), schedule_flops(model, s), s) for s in all_schedules(0, len(model))]
+    options = [(schedule_peak(model, s), schedule_cost(model, s), s) for s in all_schedules(0, len(model))]
     least = min(p for p, _, _ in options)
     assert min_peak(model)[0] == least
     assert schedule_peak(model, min_peak(model)[1]) == least
@@ -84,7 +84,7 @@ def test_dp_is_optimal_on_small_heterogeneous_chains(seed):
         schedule = cheapest(model, budget)  # budgets this small are counted in single bytes
         assert schedule_peak(model, schedule) <= budget
         best = min(f for p, f, _ in options if p <= budget)
-        assert schedule_flops(model, schedule) == pytest.approx(best, rel=1e-12)
+        assert schedule_cost(model, schedule) == pytest.approx(best, rel=1e-12)
     assert cheapest(model, least - 1) is None
 
 
@@ -100,7 +100,7 @@ def test_sixty_four_stages_plan_well_under_a_second():
         schedule = cheapest(model, budget)
         assert time.process_time() - started < 1.0
         assert schedule_peak(model, schedule) <= budget
-    assert schedule_flops(model, cheapest(model, low * 4)) < schedule_flops(model, cheapest(model, low * 3 // 2))
+    assert schedule_cost(model, cheapest(model, low * 4)) < schedule_cost(model, cheapest(model, low * 3 // 2))
 
 
 # ---------------------------------------------------------------- real graphs
@@ -158,8 +158,8 @@ def test_plan_recomputes_what_the_model_counts():
     depth = depth_of_nodes(plan)
     tanhs = [i for i, n in enumerate(graph.nodes) if n.op == "tanh"]
     assert step_graph(graph, plan).count("tanh") == sum(1 + depth.get(i, 0) for i in tanhs) > 8
-    per_layer = model.flops.sum() / 8  # one matmul, two adds, one tanh per layer
-    assert schedule_flops(model, schedule) > model.flops.sum() + per_layer
+    per_layer = model.cost.sum() / 8  # one matmul, two adds, one tanh per layer
+    assert schedule_cost(model, schedule) > model.cost.sum() + per_layer
 
 
 @pytest.mark.parametrize("fraction", [0.3, 0.5, 0.75])

@@ -2,8 +2,8 @@
 checkpoint blocks (and the values they keep) that make the step fit at the least recomputation.
 
 - `plan` — `Block`, `Plan` and `apply` (a plan as ordinary checkpoint nodes);
-- `cost` — FLOPs per node; `peak` — the exact peak of a planned step (the evaluator's count,
-  and XLA's); `target` — which of the two a step is counted by;
+- `cost` — FLOPs and time per node (the planner minimises time); `peak` — the exact peak of a
+  planned step (the evaluator's count, and XLA's); `target` — which of the two a step is counted by;
 - `stages` — the graph as a chain of stages between cheap cuts;
 - `sqrt`, `chain`, `milp` — strategies; `solve.plan_step` picks one and verifies it;
 - `budget` — parsing `memory_budget=`; `report` — `PlanReport`.

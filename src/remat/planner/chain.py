@@ -1,11 +1,11 @@
 """The "chain" strategy: the cheapest checkpoint schedule of the forward graph seen as a chain of
 stages (`stages.stages`), by dynamic programming over (stage range, bytes held), as Revolve
 (Griewank and Walther 2000) for equal steps and Beaumont et al. 2019 ("Optimal checkpointing for
-heterogeneous chains") for stages of unequal FLOPs and bytes.
+heterogeneous chains") for stages of unequal cost and bytes.
 
 Reversing stages [a, b) (running them forward, then back-propagating the cotangent of x_b, the
 values crossing the cut after stage b-1) while the schedule around holds k bytes, x_a included,
-costs in forward FLOPs (first runs included):
+costs in forward cost (`remat.planner.cost`, first runs included):
 
     C(a, a+1, k) = f_a                                          if stage a fits run plainly
     C(a, b, k)   = min( f_a + C'(a+1, b, k + kept_a),            plain: keep what its gradient reads
@@ -43,6 +43,7 @@ import numpy as np
 
 from remat import timeline
 from remat.graph import Graph, Var
+from remat.planner import target as targets
 from remat.planner.peak import ALL, Step, base_bytes, total_peak, traced_step
 from remat.planner.plan import Block, Plan
 from remat.planner.stages import Stage, stages
@@ -57,7 +58,7 @@ NEVER = 2**62  # a peak no schedule reaches (room to add to it without overflow)
 class ChainModel:
     """A chain of L stages as the DP sees it; bytes are beyond the step's inputs and constants.
 
-    - `flops[i]`: stage i's forward FLOPs;
+    - `cost[i]`: stage i's forward cost (`remat.planner.cost`);
     - `out[i]`: bytes of x_{i+1}, the values crossing the cut after stage i;
     - `dout[i]`: bytes of its cotangent (its float values; the step's seeds, after the last
       stage, are constants: free);
@@ -68,7 +69,7 @@ class ChainModel:
       temporaries, the cotangent of x_i and its parameters' gradients;
     - `grads[i]`: bytes of the parameter gradients stage i's backward makes (they live on)."""
 
-    flops: np.ndarray
+    cost: np.ndarray
     out: np.ndarray
     dout: np.ndarray
     kept: np.ndarray
@@ -79,7 +80,7 @@ class ChainModel:
     bounds: tuple[int, ...] = ()  # node index where each stage starts, and the end
 
     def __len__(self) -> int:
-        return len(self.flops)
+        return len(self.cost)
 
     @cached_property
     def ct(self) -> np.ndarray:
@@ -123,9 +124,14 @@ Schedule = tuple
 # ---------------------------------------------------------------- the model of a graph
 
 
-@lru_cache(maxsize=4)  # a budget search plans one graph many times
 def chain_model(graph: Graph, step: Step = ALL) -> ChainModel:
-    """The DP's view of `graph` (see `ChainModel`), from `stages.stages` and the graph's reads."""
+    """The DP's view of `graph` (see `ChainModel`), from `stages.stages` and the graph's reads,
+    its costs the current target's (`remat.planner.cost`)."""
+    return _chain_model(graph, step, targets.current().backend)
+
+
+@lru_cache(maxsize=4)  # a budget search plans one graph many times; the backend keys its costs
+def _chain_model(graph: Graph, step: Step, backend: str) -> ChainModel:
     chain = stages(graph, step)
     if not chain:
         z = np.zeros(0, np.int64)
@@ -133,7 +139,7 @@ def chain_model(graph: Graph, step: Step = ALL) -> ChainModel:
     kept_values = _kept_values(graph, step)
     own, kept, din = zip(*_own_peaks(graph, chain, kept_values))
     extra = [sum(v.nbytes for v in _crossing(graph, s.stop) if v not in kept_values) for s in chain]
-    return ChainModel(np.array([s.flops for s in chain], np.float64), np.array([s.out_bytes for s in chain], np.int64),
+    return ChainModel(np.array([s.cost for s in chain], np.float64), np.array([s.out_bytes for s in chain], np.int64),
                       np.array([*din[1:], 0], np.int64), np.array(kept, np.int64), np.array(extra, np.int64),
                       np.array([s.internal_bytes for s in chain], np.int64), np.array(own, np.int64),
                       _gradient_bytes(graph, chain, step),
@@ -282,7 +288,7 @@ def min_peak(model: ChainModel) -> tuple[int, Schedule]:
 
 
 def cheapest(model: ChainModel, budget: int) -> Schedule | None:
-    """The schedule of fewest forward FLOPs whose model peak is at most `budget` bytes; None
+    """The schedule of least forward cost whose model peak is at most `budget` bytes; None
     when none fits (in units of the table). Tables `full` and `part` as in `min_peak`."""
     n = len(model)
     if n == 0 or budget < 0:
@@ -295,11 +301,11 @@ def cheapest(model: ChainModel, budget: int) -> Schedule | None:
     rows = np.lib.stride_tricks.sliding_window_view(full, top + 1, axis=2)
     choice = np.full((2, n + 1, n + 1, top + 1), PLAIN, np.int16)
     k = np.arange(top + 1)
-    prefix = np.concatenate([[0.0], np.cumsum(model.flops)])
+    prefix = np.concatenate([[0.0], np.cumsum(model.cost)])
     for length in range(1, n + 1):
         a = np.arange(0, n - length + 1)
         b = a + length
-        plain_full, plain_part = _plain_costs(u, part, model.flops, a, b, k)
+        plain_full, plain_part = _plain_costs(u, part, model.cost, a, b, k)
         low = np.full((len(a), 2 * top + 2), np.inf)
         pick = np.full((len(a), 2 * top + 2), PLAIN)
         if length > 1:
@@ -346,14 +352,14 @@ class _Units:
         self.fwd_need, self.back_need = up(fwd), up(back)  # [a, b]
 
 
-def _plain_costs(u: _Units, part: np.ndarray, flops: np.ndarray, a: np.ndarray, b: np.ndarray,
+def _plain_costs(u: _Units, part: np.ndarray, cost: np.ndarray, a: np.ndarray, b: np.ndarray,
                  k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows: ranges [a, b) starting with stage a plain, with x_a held whole or in part; columns:
     memory held."""
     kk = k[None, :]
     fwd, back = u.fwd_need[a, b][:, None], u.back_need[a, b][:, None]
     held = np.minimum(kk + u.kept[a][:, None], u.top + 1)
-    rest = flops[a][:, None] + (0.0 if b[0] - a[0] == 1 else part[(a + 1)[:, None], b[:, None], held])
+    rest = cost[a][:, None] + (0.0 if b[0] - a[0] == 1 else part[(a + 1)[:, None], b[:, None], held])
     fits = kk + back <= u.top
     return (np.where(fits & (kk + fwd <= u.top), rest, np.inf),
             np.where(fits & (kk + fwd + u.extra[a][:, None] <= u.top), rest, np.inf))
@@ -392,7 +398,7 @@ def _rebuild(choose, model: ChainModel, a: int, b: int, units: _Units | None = N
     return walk(a, b, 0, 0)
 
 
-# ---------------------------------------------------------------- schedules: peak, FLOPs, Plan
+# ---------------------------------------------------------------- schedules: peak, cost, Plan
 
 
 def schedule_peak(model: ChainModel, schedule: Schedule) -> int:
@@ -416,14 +422,14 @@ def schedule_peak(model: ChainModel, schedule: Schedule) -> int:
     return walk(schedule, len(model), 0, False)
 
 
-def schedule_flops(model: ChainModel, schedule: Schedule) -> float:
-    """Forward FLOPs the schedule runs: each stage once, and once more per block around it."""
+def schedule_cost(model: ChainModel, schedule: Schedule) -> float:
+    """Forward cost of the stages the schedule runs: each stage once, and once more per block around it."""
 
     def walk(segs: Schedule, depth: int) -> float:
         total = 0.0
         for seg in segs:
             if isinstance(seg, int):
-                total += (depth + 1) * model.flops[seg]
+                total += (depth + 1) * model.cost[seg]
             else:
                 total += walk(seg[2], depth + 1)
         return total
@@ -489,5 +495,5 @@ def _least(model: ChainModel) -> Schedule:
     return schedule if cheap is None else cheap
 
 
-__all__ = ["ChainModel", "chain_model", "min_peak", "cheapest", "schedule_peak", "schedule_flops", "to_plan",
+__all__ = ["ChainModel", "chain_model", "min_peak", "cheapest", "schedule_peak", "schedule_cost", "to_plan",
            "plan_chain", "min_chain_peak"]

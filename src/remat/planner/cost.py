@@ -1,65 +1,125 @@
-"""What recomputing a node costs, in floating-point operations counted from shapes:
+"""What recomputing a node costs: its FLOPs counted from shapes, and its time as a backend runs it.
 
-- matmul: 2·m·n·k per product, batch dimensions included (einsum and tensordot are composed
-  from matmul, so they are counted through it);
-- elementwise ops: one per output element, transcendentals (exp, log, tanh, ...) `_TRANSCENDENTAL`;
-- reductions, cumulative ops and sorts: one per input element (a sort log₂ n times that);
-- gathers, scatters, pads, concats, random bits: one per element moved or made;
-- views and identities (reshape, transpose, broadcast, slice, barriers, names): free;
+A node's work is counted in units of its class, each unit weighed by `Weights`:
+
+- matmul: 2·m·n·k FLOPs per product, batch dimensions included (einsum and tensordot are
+  composed from matmul, so they are counted through it); a batched product weighs its own;
+- elementwise ops: one element per output element, transcendentals (exp, log, tanh, ...)
+  their own class;
+- reductions and cumulative ops: one per input element;
+- gathers, scatters, pads, concats and sorts: one per element moved (a sort log₂ n times that);
+- views and identities (reshape, transpose, broadcast, slice, barriers, names): no work;
+- every node run: one `call`, what the NumPy evaluator spends around an op whatever its size;
 - blocks: their bodies (a scan: `length` times its body; a loop or a branch: its body once,
   since its trip count is a run-time fact).
+
+`FLOPS` weighs every unit one FLOP (transcendentals `_TRANSCENDENTAL`, as XLA's cost model
+does, and calls nothing): `node_flops` and `flops`, the count reports give. The planner
+minimises time instead (`node_cost`, `cost`), by the weights of the backend the step is
+traced for (`remat.planner.target`): FLOPs alone undercount elementwise work by an order of
+magnitude, and a plan that recomputes a chain of them in place of a matrix product saves FLOPs
+but loses time (on the GPT-style model at half its memory, 1.07x the FLOPs took 1.33x the time).
+`WEIGHTS` are `benchmarks/cost_weights.py`'s measurements on the development machine (2 cores),
+fixed so that the same graph always gets the same plan; only their ratios matter to a plan.
 
 >>> import remat as rm
 >>> g = rm.make_graph(lambda a, b: rm.tanh(a @ b))(rm.ones((4, 8)), rm.ones((8, 3)))
 >>> [node_flops(n) for n in g.nodes], flops(g)
 ([192.0, 48.0], 240.0)
+>>> cost(g, WEIGHTS["numpy"]) > 2 * WEIGHTS["numpy"].call  # on so small a graph the calls dominate
+True
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from remat.graph import Graph, Node
+from remat.planner.target import current
 
 _FREE = frozenset({"reshape", "permute_dims", "broadcast_to", "slice", "flip", "stop_gradient",
                    "checkpoint_name", "barrier", "convert"})
-_PER_INPUT = frozenset({"sum", "prod", "max", "min", "argmax", "argmin", "cumsum", "cumprod"})
-_TRANSCENDENTAL = 4.0  # exp, log, tanh, ...: a few multiply-adds each, as XLA's cost model weighs them
+_REDUCED = frozenset({"sum", "prod", "max", "min", "argmax", "argmin", "cumsum", "cumprod"})
+_MOVED = frozenset({"take", "index_add", "pad", "concat"})
 _HEAVY = frozenset({"exp", "log", "log1p", "tanh", "sin", "cos", "sqrt", "pow", "random_normal"})
+_TRANSCENDENTAL = 4.0  # FLOPs of exp, log, tanh, ...: a few multiply-adds each, as XLA's cost model weighs them
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Time per unit of work of each class (see the module docstring), or FLOPs per unit."""
+
+    call: float  # per node run
+    flop: float  # per FLOP of a 2-D matrix product
+    batched_flop: float  # per FLOP of a batched one
+    element: float  # per element an elementwise op makes
+    transcendental: float  # per element exp, log, tanh, ... make
+    reduced: float  # per element a reduction reads
+    moved: float  # per element a gather, scatter, pad, concat or sort moves
+
+
+FLOPS = Weights(call=0.0, flop=1.0, batched_flop=1.0, element=1.0, transcendental=_TRANSCENDENTAL, reduced=1.0,
+                moved=1.0)
+# Nanoseconds, as `python benchmarks/cost_weights.py` measured them (the median of three runs).
+WEIGHTS = {
+    "numpy": Weights(call=5600.0, flop=0.0100, batched_flop=0.0128, element=0.159, transcendental=0.544,
+                     reduced=0.711, moved=0.348),
+    "xla": Weights(call=0.0, flop=0.0065, batched_flop=0.0125, element=0.13, transcendental=1.8, reduced=0.55,
+                   moved=0.022),
+}
 
 
 def _size(shape) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
 
-def node_flops(node: Node) -> float:
-    """FLOPs of one run of `node` (see the module docstring)."""
+def node_cost(node: Node, weights: Weights | None = None) -> float:
+    """One run of `node` by `weights`; by default the time of the backend the step is traced
+    for (see the module docstring)."""
+    w = weights or WEIGHTS.get(current().backend, WEIGHTS["numpy"])
+    op = node.op
+    if op == "scan":
+        return node.params["length"] * cost(node.params["body"], w)
+    if op == "cond":
+        return max((cost(g, w) for g in node.subgraphs()), default=0.0)
+    if node.subgraphs():
+        return sum(cost(g, w) for g in node.subgraphs())
+    return w.call + _work(node, w)
+
+
+def _work(node: Node, w: Weights) -> float:
     op = node.op
     if op in _FREE:
         return 0.0
     if op == "matmul":
         a, b = node.inputs
-        return 2.0 * _size(node.outputs[0].shape) * (a.shape[-1] if a.ndim else 1)
-    if op == "scan":
-        return node.params["length"] * flops(node.params["body"])
-    if op == "cond":
-        return max((flops(g) for g in node.subgraphs()), default=0.0)
-    if node.subgraphs():
-        return sum(flops(g) for g in node.subgraphs())
-    if op in _PER_INPUT:
-        return float(sum(_size(v.shape) for v in node.inputs))
+        count = 2.0 * _size(node.outputs[0].shape) * (a.shape[-1] if a.ndim else 1)
+        return count * (w.batched_flop if max(a.ndim, b.ndim) > 2 else w.flop)
+    if op in _REDUCED:
+        return w.reduced * sum(_size(v.shape) for v in node.inputs)
     if op == "sort":
         n = _size(node.inputs[0].shape)
-        return float(n * max(1.0, math.log2(max(node.inputs[0].shape[node.params.get("axis", -1)], 2))))
+        return w.moved * n * max(1.0, math.log2(max(node.inputs[0].shape[node.params.get("axis", -1)], 2)))
     out = float(sum(_size(v.shape) for v in node.outputs))
-    return out * (_TRANSCENDENTAL if op in _HEAVY else 1.0)
+    return out * (w.moved if op in _MOVED else w.transcendental if op in _HEAVY else w.element)
+
+
+def cost(graph: Graph, weights: Weights | None = None) -> float:
+    """One run of `graph` by `weights`: the sum over its nodes."""
+    return float(sum(node_cost(n, weights) for n in graph.nodes))
+
+
+def node_flops(node: Node) -> float:
+    """FLOPs of one run of `node` (see the module docstring)."""
+    return node_cost(node, FLOPS)
 
 
 def flops(graph: Graph) -> float:
     """FLOPs of one run of `graph`: the sum over its nodes."""
-    return float(sum(node_flops(n) for n in graph.nodes))
+    return cost(graph, FLOPS)
 
 
-__all__ = ["node_flops", "flops"]
+__all__ = ["Weights", "FLOPS", "WEIGHTS", "node_cost", "cost", "node_flops", "flops"]

@@ -36,9 +36,9 @@ when k is the last stage of a block (its backward starts by recomputing the bloc
 the model leaves out: the inputs and constants, cotangents, the backward's temporaries. T is
 bracketed by calibration: the least and most the exact peak (`peak.total_peak`) exceeds the
 model's peak over the plans at hand (the start plans, `sqrt.segment_plans`, no plan).
-Objective: the FLOPs the gradient recomputes, `Σ x[i,j]·flops(stages i..j-1) - Σ y[c]·flops(c)`
-(= `report.extra_flops` of the plan), with the cut `objective <` the best plan that fits so far,
-so HiGHS only looks for better ones.
+Objective: the cost of what the gradient recomputes (`remat.planner.cost`, the time the backend
+takes), `Σ x[i,j]·cost(stages i..j-1) - Σ y[c]·cost(c)` (= `report.extra_cost` of the plan),
+with the cut `objective <` the best plan that fits so far, so HiGHS only looks for better ones.
 
 The model is approximate, so every plan HiGHS returns is checked by the exact count, and T is
 searched: first the calibration's worst case; a plan over budget raises T by its excess; a plan
@@ -52,10 +52,10 @@ MILP is compared with them through `start`.
 >>> import remat as rm
 >>> layer = lambda h: h + rm.tanh(h)
 >>> g = rm.make_graph(lambda x: rm.sum(layer(layer(layer(layer(x))))))(rm.ones((1024,)))
->>> from remat.planner.cost import flops
+>>> from remat.planner.cost import cost
 >>> budget = total_peak(g) - 4096
 >>> plan, info = plan_milp(g, budget)
->>> info.objective < flops(g), info.peak <= budget
+>>> info.objective < cost(g), info.peak <= budget
 (True, True)
 """
 
@@ -70,10 +70,10 @@ from scipy import optimize, sparse
 
 from remat import dtypes
 from remat.graph import Graph, Node, Var
-from remat.planner.cost import node_flops
+from remat.planner.cost import node_cost
 from remat.planner.peak import ALL, Step, total_peak, traced_step
 from remat.planner.plan import NO_PLAN, Block, Plan
-from remat.planner.report import extra_flops
+from remat.planner.report import extra_cost
 from remat.planner.sqrt import segment_plans
 from remat.planner.stages import Stage, merged, stages
 from remat.timeline import _IDENTITIES, _INLINE, _VIEWS  # the evaluator's aliasing, as timeline models it
@@ -97,8 +97,8 @@ SAFETY_SECONDS = 300.0
 
 @dataclass(frozen=True)
 class SolverInfo:
-    """How the plan was found: HiGHS's `status` in words, the `objective` (recomputed FLOPs of the
-    returned plan), the seconds spent, HiGHS's relative MIP `gap` (None without a solution),
+    """How the plan was found: HiGHS's `status` in words, the `objective` (the recomputation cost of
+    the returned plan), the seconds spent, HiGHS's relative MIP `gap` (None without a solution),
     whether the plan is a start plan (`fallback`) and its exact `peak` (`peak.total_peak`)."""
 
     status: str
@@ -157,7 +157,7 @@ def plan_milp(graph: Graph, budget_bytes: int, *, nodes: int = NODES, runs: int 
                   f"so the best start plan is returned")
     elif run is None and ran:
         status += "; nothing better than the start plans fits, so the best of them is returned"
-    info = SolverInfo(status, extra_flops(graph, plan), time.perf_counter() - t0, gap, run is None, peak)
+    info = SolverInfo(status, extra_cost(graph, plan), time.perf_counter() - t0, gap, run is None, peak)
     return plan if run is None else plan.replace(strategy="milp"), info
 
 
@@ -192,7 +192,7 @@ class _Tried:
 
     def add(self, plan: Plan, run: tuple[str, float | None] | None) -> int:
         peak = total_peak(self.graph, plan, self.step)
-        self.rows.append((plan, run, peak, extra_flops(self.graph, plan)))
+        self.rows.append((plan, run, peak, extra_cost(self.graph, plan)))
         return peak
 
     def cutoff(self) -> float | None:
@@ -233,7 +233,7 @@ class _Buffer:
     readers: set[int] = field(default_factory=set)
     holders: set[int] = field(default_factory=set)
     dot: int | None = None
-    flops: float = 0.0
+    cost: float = 0.0
 
 
 @dataclass
@@ -255,7 +255,7 @@ def _buffers(graph: Graph, chain: list[Stage]) -> _Buffers:
         dot = node.op in _DOTS
         for v in node.outputs:
             if root.get(v) is v:
-                bufs[v] = _Buffer(v.nbytes, s, dot=i if dot else None, flops=node_flops(node) if dot else 0.0)
+                bufs[v] = _Buffer(v.nbytes, s, dot=i if dot else None, cost=node_cost(node) if dot else 0.0)
         for v in node.inputs:
             if root.get(v) is not None:
                 bufs[root[v]].readers.add(s)
@@ -408,13 +408,13 @@ class _Program:
         return out, c / scale
 
     def cost(self) -> np.ndarray:
-        """Recomputed FLOPs = cost·x: a block recomputes its stages, less the products it saves."""
+        """Recomputed cost = c·x: a block recomputes its stages, less the products it saves."""
         c = np.zeros(self.n_vars)
-        prefix = np.concatenate([[0.0], np.cumsum([st.flops for st in self.chain])])
+        prefix = np.concatenate([[0.0], np.cumsum([st.cost for st in self.chain])])
         for (i, j), v in self.x.items():
             c[v] = prefix[j] - prefix[i]
         for k, b in enumerate(self.bufs.saveable):
-            c[self.y[k]] = -b.flops
+            c[self.y[k]] = -b.cost
         return c
 
     def solve(self, capacity: float, cutoff: float | None, time_limit: float, nodes: int):

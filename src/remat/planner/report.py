@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 
 from remat.graph import Graph, type_str
-from remat.planner.cost import node_flops
+from remat.planner.cost import node_cost, node_flops
 from remat.planner.plan import NO_PLAN, Plan, extra_runs
 
 
@@ -58,11 +58,19 @@ class PlanReport:
     plan: Plan = NO_PLAN
     kept: tuple = ()  # rm.memory.Residual rows: what the planned step keeps for its backward pass
     counted_by: str = "the NumPy evaluator"  # whose count of memory the bytes are
+    extra_cost: float = 0.0  # what the planner minimised: the recomputation's time by the cost model
+    step_cost: float = 0.0  # the unplanned step's, alike
 
     @property
     def extra_flops_ratio(self) -> float:
         """Recomputation as a fraction of the unplanned step's FLOPs."""
         return self.extra_flops / self.step_flops if self.step_flops else 0.0
+
+    @property
+    def extra_time_ratio(self) -> float:
+        """Recomputation as a fraction of the unplanned step's time, as the backend's cost model
+        (`remat.planner.cost`) predicts it."""
+        return self.extra_cost / self.step_cost if self.step_cost else 0.0
 
     def __str__(self) -> str:
         from remat.memory import _size, residual_table
@@ -74,7 +82,8 @@ class PlanReport:
             f"  inputs and constants {_size(self.base_bytes)}; the step without a plan: "
             f"{_size(self.unplanned_peak)}; counted by {self.counted_by}",
             f"  recomputes {_flops(self.extra_flops)}, {self.extra_flops_ratio:.2f} of the step's "
-            f"{_flops(self.step_flops)}; solver: {self.solver_status} in {self.solver_time:.2f} s",
+            f"{_flops(self.step_flops)} (predicted time: +{self.extra_time_ratio:.2f} of the step's); "
+            f"solver: {self.solver_status} in {self.solver_time:.2f} s",
         ]
         if self.kept:
             lines += ["kept for the backward pass:", residual_table(list(self.kept))]
@@ -115,6 +124,11 @@ def extra_flops(graph: Graph, plan: Plan) -> float:
     return float(sum(k * node_flops(graph.nodes[i]) for i, k in extra_runs(plan).items()))
 
 
+def extra_cost(graph: Graph, plan: Plan) -> float:
+    """What the planner minimises: the cost (`remat.planner.cost`) of what the plan recomputes."""
+    return float(sum(k * node_cost(graph.nodes[i]) for i, k in extra_runs(plan).items()))
+
+
 def _flops(x: float) -> str:
     for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
         if x >= scale:
@@ -122,4 +136,5 @@ def _flops(x: float) -> str:
     return f"{x:g} FLOP"
 
 
-__all__ = ["PlanReport", "PlanWarning", "Recomputed", "recomputed_values", "extra_flops", "recomputed_table"]
+__all__ = ["PlanReport", "PlanWarning", "Recomputed", "recomputed_values", "extra_flops", "extra_cost",
+           "recomputed_table"]

@@ -38,10 +38,10 @@ from remat.graph import Graph
 from remat.planner import budget as budgets
 from remat.planner import sqrt
 from remat.planner import target as targets
-from remat.planner.cost import flops
+from remat.planner.cost import cost, flops
 from remat.planner.peak import ALL, Step, StepCount, activation_bytes, base_bytes, step_graph, total_peak
 from remat.planner.plan import NO_PLAN, Plan, apply
-from remat.planner.report import PlanReport, PlanWarning, extra_flops, recomputed_values
+from remat.planner.report import PlanReport, PlanWarning, extra_cost, extra_flops, recomputed_values
 from remat.planner.target import Target
 
 TRIES = 6  # how often a strategy is asked again with a budget tightened by its overshoot
@@ -100,11 +100,13 @@ def _plan(graph: Graph, memory_budget, strategy, step: Step, target: Target) -> 
             f"memory_budget: the predicted peak, {peak} bytes, leaves out the memory {loops} uses while "
             f"its body runs (how often a loop runs is a run-time fact); the measured peak may be higher by "
             f"about one iteration's values: leave room in the budget{at_source(user_source())}"), stacklevel=2)
+    unplanned = step_graph(graph, NO_PLAN, step)
     return PlanReport(
         strategy=plan.strategy, memory_budget=memory_budget, budget_bytes=limit, predicted_peak=peak,
         base_bytes=count.base, unplanned_peak=count.base + count.activation, recomputed=recomputed_values(graph, plan),
-        extra_flops=extra_flops(graph, plan), step_flops=flops(step_graph(graph, NO_PLAN, step)),
-        solver_status=status, solver_time=time.perf_counter() - started, plan=plan, counted_by=str(target))
+        extra_flops=extra_flops(graph, plan), step_flops=flops(unplanned), extra_cost=extra_cost(graph, plan),
+        step_cost=cost(unplanned), solver_status=status, solver_time=time.perf_counter() - started, plan=plan,
+        counted_by=str(target))
 
 
 def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: StepCount) -> tuple[Plan, int, str]:
@@ -124,7 +126,7 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
         fits = [(p, peak, status) for p, peak, status in candidates if peak <= goal]
         if not fits:
             return None
-        plan, _, status = min(fits, key=lambda f: (extra_flops(graph, f[0]), f[1]))
+        plan, _, status = min(fits, key=lambda f: (extra_cost(graph, f[0]), f[1]))
         return plan, status + counted
 
     tried = _checked(cheapest, limit, count)
@@ -214,8 +216,7 @@ def _rungs(graph: Graph, limit: int, step: Step, chain) -> Found:
 
 def _milp_can_win(graph: Graph, found: list[tuple[Plan, int]], limit: int) -> bool:
     """Not when a plan that fits recomputes nothing. (Even on a pure chain of identical stages
-    the MILP can win: it saves matrix products inside blocks, which the chain DP does not; on
-    the 8-block GPT that is 0.08x extra FLOPs against the DP's 0.19x at half the memory.)"""
+    the MILP can win: it saves matrix products inside blocks, which the chain DP does not.)"""
     return not any(peak <= limit and extra_flops(graph, p) <= 0 for p, peak in found)
 
 
@@ -236,7 +237,7 @@ def _milp(graph: Graph, limit: int, step: Step, start: list[Plan]) -> Found:
 def _segments(graph: Graph, limit: int, step: Step, stop_at_fit: bool) -> Found:
     """The segment plans, cheapest first, until one fits (all of them when none does)."""
     found: Found = []
-    for plan in sorted(sqrt.segment_plans(graph, step), key=lambda p: extra_flops(graph, p)):
+    for plan in sorted(sqrt.segment_plans(graph, step), key=lambda p: extra_cost(graph, p)):
         peak = total_peak(graph, plan, step)
         found.append((plan, peak, "heuristic (segments)"))
         if peak <= limit and stop_at_fit:

@@ -22,20 +22,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from remat.graph import Graph, Var
-from remat.planner.cost import node_flops
+from remat.planner.cost import node_cost
 from remat.planner.peak import ALL, Step, traced_step
 
 
 @dataclass(frozen=True)
 class Stage:
-    """Nodes `[start, stop)`: their FLOPs, the bytes crossing the cut at `stop` (`out_bytes`;
+    """Nodes `[start, stop)`: their cost (`remat.planner.cost`), the bytes crossing the cut at `stop` (`out_bytes`;
     the stage's output as a checkpoint would keep it), what the plain gradient keeps of the
     values the stage makes (`kept_bytes`) and the most bytes its nodes' outputs take at once
     while it runs forward (`internal_bytes`, a bound on its recomputation's working set)."""
 
     start: int
     stop: int
-    flops: float
+    cost: float
     out_bytes: int
     kept_bytes: int
     internal_bytes: int
@@ -84,7 +84,7 @@ def stages(graph: Graph, step: Step = ALL) -> list[Stage]:
     for v, i in kept.items():
         kept_of[i] += v.nbytes
     bounds = cuts(graph)
-    return [Stage(a, b, sum(node_flops(graph.nodes[i]) for i in range(a, b)), cross[b],
+    return [Stage(a, b, sum(node_cost(graph.nodes[i]) for i in range(a, b)), cross[b],
                   sum(kept_of[a:b]), _working_set(graph, a, b)) for a, b in zip(bounds, bounds[1:])]
 
 
@@ -98,7 +98,7 @@ def merged(graph: Graph, chain: list[Stage], most: int) -> list[Stage]:
     out = []
     for group in (chain[i : i + k] for i in range(0, len(chain), k)):
         a, b = group[0].start, group[-1].stop
-        out.append(Stage(a, b, sum(s.flops for s in group), group[-1].out_bytes,
+        out.append(Stage(a, b, sum(s.cost for s in group), group[-1].out_bytes,
                          sum(s.kept_bytes for s in group), _working_set(graph, a, b)))
     return out
 
