@@ -19,8 +19,9 @@ figure is measured as `remat bench` measures it, in processes of their own (`rem
   tables name the budgets whose timed plan differs from the measured one (`replanned`);
 - gradients: the measured planned step's against the step's without checkpoints, built in the
   same process (bitwise and as the largest relative difference);
-- FLOPs: the cost model's count of the whole step (recomputation included) over the count
-  without checkpoints.
+- FLOPs and predicted time: the cost model's count of the whole step (recomputation included)
+  over the count without checkpoints, and its prediction of the step's time by the backend's
+  weights (`remat.planner.cost`; what the planner minimises).
 
 PyTorch's hand-placed checkpoints (`torch.utils.checkpoint`, eager) are measured beside them
 when PyTorch is installed (its resident memory, as for XLA).
@@ -89,15 +90,17 @@ def plan_label(plan: str | float) -> str:
 
 def flops_job(job: dict) -> dict:
     """A hand-placed plan's FLOPs (the cost model's count of the whole step, recomputation
-    included) over the step's without checkpoints. (A planned step's is its report's.)"""
+    included) and its time as each backend's cost model predicts it (`modelled`), over the
+    step's without checkpoints. (A planned step's are its report's.)"""
     import remat as rm
     from remat.bench import impl_remat
-    from remat.planner.cost import flops
+    from remat.planner.cost import FLOPS, WEIGHTS, cost
 
     size = size_from_dict(job["size"])
     params, data = inputs(size)
-    count = {p: flops(rm.make_graph(impl_remat.step_function(size, p))(params, data)) for p in ("none", job["plan"])}
-    return {"flops": count[job["plan"]] / count["none"]}
+    graphs = {p: rm.make_graph(impl_remat.step_function(size, p))(params, data) for p in ("none", job["plan"])}
+    ratio = lambda w: cost(graphs[job["plan"]], w) / cost(graphs["none"], w)  # noqa: E731
+    return {"flops": ratio(FLOPS), "modelled": {backend: ratio(w) for backend, w in WEIGHTS.items()}}
 
 
 def memory_job(job: dict) -> dict:
@@ -151,7 +154,8 @@ def _report_figures(report) -> dict:
     base = int(report.base_bytes)
     return {"predicted": int(report.predicted_peak) - base, "budget": int(report.budget_bytes) - base, "base": base,
             "unplanned": int(report.unplanned_peak) - base,
-            "strategy": report.strategy, "flops": 1.0 + report.extra_flops_ratio, "plan": _fingerprint(report),
+            "strategy": report.strategy, "flops": 1.0 + report.extra_flops_ratio,
+            "modelled": 1.0 + report.extra_time_ratio, "plan": _fingerprint(report),
             "solver": f"{report.solver_status} in {report.solver_time:.1f} s"}
 
 
@@ -193,8 +197,9 @@ def measure_model(model: str, quick: bool = False, backends=None, budgets=None, 
     log(f"{model}: memory")
     if importlib.util.find_spec("remat.planner.cost"):
         flops = dict(zip(HAND, _jobs([{"job": "planner-flops", "plan": p, "size": sized} for p in HAND], 2)))
-        for (_, plan), row in rows.items():
-            row.update(flops.get(plan, {}))
+        for (backend, plan), row in rows.items():
+            if plan in flops:
+                row.update(flops=flops[plan]["flops"], modelled=flops[plan]["modelled"].get(backend))
     infeasible = {p: r["infeasible"] for (_, p), r in rows.items() if "infeasible" in r}
     rows = {k: r for k, r in rows.items() if k[1] not in infeasible}
     feasible = [b for b in budgets if b not in infeasible]
@@ -289,7 +294,8 @@ def budget_checks(result: dict) -> list[str]:
 def table(result: dict, backend: str) -> str:
     rows = result["rows"]
     none = rows[backend, "none"]
-    head = ["plan", "budget MiB", "predicted MiB", "measured peak MiB", "vs none", "step time", "FLOPs", "gradients"]
+    head = ["plan", "budget MiB", "predicted MiB", "measured peak MiB", "vs none", "step time", "predicted time",
+            "FLOPs", "gradients"]
     lines = [f"**{result['size'].describe()}, {_BACKEND_NAMES[backend]}**", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (be, plan), row in sorted(rows.items(), key=lambda kv: _order(kv[0][1])):
@@ -299,8 +305,8 @@ def table(result: dict, backend: str) -> str:
         cells = [plan_label(plan) + (f" ({row['strategy']})" if "strategy" in row else ""),
                  _mib(row.get("budget")), _mib(row.get("predicted")), _measured(row),
                  f"{row['peak'] / none['peak']:.2f}x" if "peak" in row else "n/a",
-                 f"{ratio:.2f}x" if ratio is not None else "n/a",
-                 f"{row['flops']:.2f}x" if "flops" in row else "n/a", _grads(row, backend)]
+                 _times(ratio), _times(row.get("modelled")),
+                 _times(row.get("flops")), _grads(row, backend)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", _notes(result, backend)]
     return "\n".join(lines)
@@ -317,6 +323,10 @@ def _order(plan) -> tuple:
 def _measured(row: dict) -> str:
     own = f" (XLA's report: {row['xla_own'] / MiB:.1f})" if "xla_own" in row else ""
     return _mib(row.get("peak")) + own
+
+
+def _times(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}x"
 
 
 def _mib(n) -> str:

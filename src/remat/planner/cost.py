@@ -63,7 +63,7 @@ class Weights:
 
 FLOPS = Weights(call=0.0, flop=1.0, batched_flop=1.0, element=1.0, transcendental=_TRANSCENDENTAL, reduced=1.0,
                 moved=1.0)
-# Nanoseconds, as `python benchmarks/cost_weights.py` measured them (the median of three runs).
+# Nanoseconds, rounded from five runs of `python benchmarks/cost_weights.py` on the development machine.
 WEIGHTS = {
     "numpy": Weights(call=5600.0, flop=0.0100, batched_flop=0.0128, element=0.159, transcendental=0.544,
                      reduced=0.711, moved=0.348),
