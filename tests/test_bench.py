@@ -197,3 +197,22 @@ def assert_all_close(got: list, want: list) -> None:
     assert len(got) == len(want)
     for a, b in zip(got, want):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+
+
+def test_only_memory_jobs_change_how_malloc_returns_memory(monkeypatch):
+    """Timing under MALLOC_MMAP_THRESHOLD_ timed page faults: every large array fresh pages."""
+    import remat.bench as bench
+
+    seen = []
+
+    def fake_run(cmd, env, **_):
+        seen.append({k: env.get(k) for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_ARENA_MAX")})
+        return type("Done", (), {"returncode": 0, "stdout": "{}\n"})()
+
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    for job in ("memory", "planner-memory", "time", "planner-time"):
+        assert _subprocess({"job": job}) == {}
+    memory, defaults = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_ARENA_MAX": "1"}, dict.fromkeys(seen[0])
+    assert seen == [memory, memory, defaults, defaults]

@@ -51,12 +51,15 @@ def missing(framework: str) -> str | None:
 # malloc arena. Without the latter, each thread of a runtime's pool that allocates gets an arena
 # of its own, whose freed small blocks stay resident: on XLA a step's first run kept ~0.55 MiB
 # per distinct executable that way (3.9 MiB for the planned 64-layer MLP, none with one arena).
-# Timing jobs keep glibc's arenas, as programs usually run.
-ONE_ARENA = {"MALLOC_ARENA_MAX": "1"}
+# Timing jobs run with glibc's defaults, as programs usually run: under that threshold every
+# allocation of 64 KiB or more is fresh pages, faulted in anew, which timed the kernel more than
+# the step (the unplanned 64-layer MLP on NumPy: 155 ms against 114; a checkpoint block that
+# recomputes elementwise ops, 1.19x against 1.09x).
+MEMORY_JOB = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_ARENA_MAX": "1"}
 
 
 def _subprocess(job: dict) -> dict:
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", **(ONE_ARENA if job["job"].endswith("memory") else {})}
+    env = {**os.environ, **(MEMORY_JOB if job["job"].endswith("memory") else {})}
     cmd = [sys.executable, "-m", "remat.bench.worker", json.dumps(job)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode:

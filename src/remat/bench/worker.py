@@ -1,6 +1,6 @@
 """One measurement of `remat bench` in a process of its own:
 
-    MALLOC_MMAP_THRESHOLD_=65536 [MALLOC_ARENA_MAX=1] python -m remat.bench.worker '<json job>'
+    [MALLOC_MMAP_THRESHOLD_=65536 MALLOC_ARENA_MAX=1] python -m remat.bench.worker '<json job>'
 
 Every framework's step is the same function: parameters and data in, the loss and the gradients
 of the parameters out, nothing kept behind (see `remat.bench.impl_*`).
@@ -9,8 +9,8 @@ of the parameters out, nothing kept behind (see `remat.bench.impl_*`).
 data and the compiled step resident, they take the resident set size (RSS) as the baseline and
 find its peak during one step (the kernel's high-water mark, reset at the baseline, and samples
 every 0.5 ms); the figure is the peak above the baseline, so the step's outputs, the gradients
-among them, count in it. Freed buffers go back to the OS under that malloc setting, so RSS
-follows live memory; memory jobs also run with one malloc arena, so that the freed small
+among them, count in it. Memory jobs run under the malloc settings above: freed buffers go back
+to the OS, so RSS follows live memory, and there is one malloc arena, so that the freed small
 blocks of a runtime's pool threads do not stay resident in arenas of their own (on XLA that
 was ~0.55 MiB per distinct executable on its first run). Each runtime sets itself up before
 the baseline: eager frameworks by a first step; XLA by a small unrelated step (its thread
@@ -21,7 +21,9 @@ remat on NumPy reports its evaluator's own count of live bytes during the step, 
 tracemalloc's and RSS's beside it.
 
 `time` jobs build several steps and time them round after round, the order rotated each round,
-each step until all its outputs are ready. Run one at a time, nothing else measuring meanwhile.
+each step until all its outputs are ready, with glibc's default malloc settings (under the
+memory jobs', each large allocation is fresh pages, and the time is partly the kernel's). Run
+one at a time, nothing else measuring meanwhile.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ only `peak.total_peak` — the evaluator's exact count of the whole planned step
 whether a plan fits. A strategy whose plan turns out over budget is asked again for a budget
 smaller by the overshoot, a few times, before it gives up. A step traced for XLA must also fit
 as XLA counts it (`remat.planner.target`): the plan chosen is compiled and, while it is over,
-everything is planned again for a budget smaller by that overshoot. `strategy=None` ("auto") takes the
+everything is planned again for less than the plan's own count by that overshoot. `strategy=None` ("auto") takes the
 plan of least recomputation among those that fit: the chain DP's, the chain DP's for the smaller
 budgets of a fixed ladder (`RUNGS`: a plan that fits less fits more, so a bigger budget never
 gets a costlier plan than these), the MILP's (started from all of those and the sqrt plan) and
@@ -112,8 +112,8 @@ def _plan(graph: Graph, memory_budget, strategy, step: Step, target: Target) -> 
 def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: StepCount) -> tuple[Plan, int, str]:
     """The plan of least recomputation that fits `limit` as the target counts it. The strategies
     plan by the evaluator's count; where the target's differs (XLA), the plan they choose is
-    counted the target's way and, while it is over, they plan again for a limit smaller by the
-    overshoot."""
+    counted the target's way and, while it is over, they plan again for less than the evaluator's
+    count of that plan by the overshoot."""
     unplanned = count.base + count.activation
     if unplanned <= limit:
         return NO_PLAN, unplanned, "the step fits without a plan"
@@ -129,7 +129,8 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
         plan, _, status = min(fits, key=lambda f: (extra_cost(graph, f[0]), f[1]))
         return plan, status + counted
 
-    tried = _checked(cheapest, limit, count)
+    evaluator_peak = lambda p: next(peak for q, peak, _ in candidates if q == p)  # noqa: E731  (of the last call)
+    tried = _checked(cheapest, limit, count, own=evaluator_peak)
     if tried and tried[-1][1] <= limit:
         return tried[-1]
     if count.exact:  # the strategies' own count: what they found is all there is
@@ -175,9 +176,12 @@ def _candidates(graph: Graph, limit: int, name: str, step: Step) -> Found:
     return found
 
 
-def _checked(strategy: Callable[[int], tuple[Plan, str] | None], limit: int, count: Callable[[Plan], int]) -> Found:
+def _checked(strategy: Callable[[int], tuple[Plan, str] | None], limit: int, count: Callable[[Plan], int],
+             own: Callable[[Plan], int] | None = None) -> Found:
     """The strategy's plan (and how it was found) for `limit`, asked again with less while its
-    `count` is over."""
+    `count` is over: less by the overshoot than the plan's peak by the strategy's `own` count
+    (default: `count`), or than the target where that is lower. (From the target alone, a plan
+    well under it by its own count came back unchanged while XLA's count was a few KiB over.)"""
     found, target = [], limit
     for _ in range(TRIES):
         made = strategy(target)
@@ -188,7 +192,7 @@ def _checked(strategy: Callable[[int], tuple[Plan, str] | None], limit: int, cou
         found.append((plan, peak, status))
         if peak <= limit:
             break
-        target -= max(peak - limit, 1)
+        target = min(target, peak if own is None else own(plan)) - max(peak - limit, 1)
     return found
 
 
