@@ -103,8 +103,7 @@ def measure(backend: str, rounds: int = 15, low: int = 8, high: int = 40) -> dic
     for name, (nodes, work) in _ROUND.items():
         if name != "call":
             other, units = _BESIDE.get(name, ("call", 0))
-            beside = units * out[other] if units else 0.0
-            out[name] = max(per_round[name] - nodes * out["call"] - beside, 0.0) / work
+            out[name] = max(per_round[name] - nodes * out["call"] - units * out[other], 0.0) / work
     return out
 
 

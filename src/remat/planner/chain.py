@@ -43,7 +43,7 @@ import numpy as np
 
 from remat import timeline
 from remat.graph import Graph, Var
-from remat.planner import target as targets
+from remat.planner.cost import Weights, current_weights
 from remat.planner.peak import ALL, Step, base_bytes, total_peak, traced_step
 from remat.planner.plan import Block, Plan
 from remat.planner.stages import Stage, stages
@@ -127,11 +127,11 @@ Schedule = tuple
 def chain_model(graph: Graph, step: Step = ALL) -> ChainModel:
     """The DP's view of `graph` (see `ChainModel`), from `stages.stages` and the graph's reads,
     its costs the current target's (`remat.planner.cost`)."""
-    return _chain_model(graph, step, targets.current().backend)
+    return _chain_model(graph, step, current_weights())
 
 
-@lru_cache(maxsize=4)  # a budget search plans one graph many times; the backend keys its costs
-def _chain_model(graph: Graph, step: Step, backend: str) -> ChainModel:
+@lru_cache(maxsize=4)  # a budget search plans one graph many times; `weights` key its costs
+def _chain_model(graph: Graph, step: Step, weights: Weights) -> ChainModel:
     chain = stages(graph, step)
     if not chain:
         z = np.zeros(0, np.int64)

@@ -79,7 +79,7 @@ def _size(shape) -> int:
 def node_cost(node: Node, weights: Weights | None = None) -> float:
     """One run of `node` by `weights`; by default the time of the backend the step is traced
     for (see the module docstring)."""
-    w = weights or WEIGHTS.get(current().backend, WEIGHTS["numpy"])
+    w = weights or current_weights()
     op = node.op
     if op == "scan":
         return node.params["length"] * cost(node.params["body"], w)
@@ -107,6 +107,11 @@ def _work(node: Node, w: Weights) -> float:
     return out * (w.moved if op in _MOVED else w.transcendental if op in _HEAVY else w.element)
 
 
+def current_weights() -> Weights:
+    """The weights of the backend the step is traced for."""
+    return WEIGHTS.get(current().backend, WEIGHTS["numpy"])
+
+
 def cost(graph: Graph, weights: Weights | None = None) -> float:
     """One run of `graph` by `weights`: the sum over its nodes."""
     return float(sum(node_cost(n, weights) for n in graph.nodes))
@@ -122,4 +127,4 @@ def flops(graph: Graph) -> float:
     return cost(graph, FLOPS)
 
 
-__all__ = ["Weights", "FLOPS", "WEIGHTS", "node_cost", "cost", "node_flops", "flops"]
+__all__ = ["Weights", "FLOPS", "WEIGHTS", "current_weights", "node_cost", "cost", "node_flops", "flops"]

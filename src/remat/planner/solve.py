@@ -5,14 +5,14 @@ only `peak.total_peak` — the evaluator's exact count of the whole planned step
 whether a plan fits. A strategy whose plan turns out over budget is asked again for a budget
 smaller by the overshoot, a few times, before it gives up. A step traced for XLA must also fit
 as XLA counts it (`remat.planner.target`): the plan chosen is compiled and, while it is over,
-everything is planned again for less than the plan's own count by that overshoot. `strategy=None` ("auto") takes the
-plan of least recomputation among those that fit: the chain DP's, the chain DP's for the smaller
-budgets of a fixed ladder (`RUNGS`: a plan that fits less fits more, so a bigger budget never
-gets a costlier plan than these), the MILP's (started from all of those and the sqrt plan) and
-the segment plans of `sqrt.segment_plans`. Auto skips the MILP when a plan that fits recomputes
-nothing. Every strategy bounds its work, not its time, so the same graph and budget always give
-the same plan. When nothing fits, the error states the smallest peak found, in bytes and as a
-fraction, and the budget that works.
+everything is planned again for less than the plan's own count by that overshoot.
+`strategy=None` ("auto") takes the plan of least recomputation among those that fit: the chain
+DP's, the chain DP's for the smaller budgets of a fixed ladder (`RUNGS`: a plan that fits less
+fits more, so a bigger budget never gets a costlier plan than these), the MILP's (started from
+all of those and the sqrt plan) and the segment plans of `sqrt.segment_plans`. Auto skips the
+MILP when a plan that fits recomputes nothing. Every strategy bounds its work, not its time, so
+the same graph and budget always give the same plan. When nothing fits, the error states the
+smallest peak found, in bytes and as a fraction, and the budget that works.
 
 >>> import remat as rm
 >>> layer = lambda h: h + rm.tanh(h)
@@ -129,7 +129,9 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
         plan, _, status = min(fits, key=lambda f: (extra_cost(graph, f[0]), f[1]))
         return plan, status + counted
 
-    evaluator_peak = lambda p: next(peak for q, peak, _ in candidates if q == p)  # noqa: E731  (of the last call)
+    def evaluator_peak(plan: Plan) -> int:  # of the plan `cheapest` just chose
+        return next(peak for p, peak, _ in candidates if p == plan)
+
     tried = _checked(cheapest, limit, count, own=evaluator_peak)
     if tried and tried[-1][1] <= limit:
         return tried[-1]
