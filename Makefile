@@ -3,7 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-fast bench lint clean
+.PHONY: demo test check bench lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -14,17 +14,25 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(VENV)/bin/remat demo
 
-# The tests run in one worker per core (pytest-xdist): each worker is its own process, so the
-# memory measurements (tracemalloc, RSS of worker subprocesses) are not shared between tests.
-# One test file goes to one worker (`loadfile`): a module's tests share what its fixtures and
-# caches measured, which a second worker would measure again. (`loadgroup` would group finer,
-# but pytest-xdist 3.8's grouping does nothing under pytest 9.2.)
+# Two tiers of tests, each in one worker per core (pytest-xdist: each worker is its own process,
+# so memory measurements are not shared between tests), one test file per worker (`loadfile`: a
+# module's tests share what its fixtures measured, which a second worker would measure again).
+# `make test`: every feature's correctness, in minutes. `make check`: the measured claims (memory
+# by resident memory, planner sweeps, 8 devices and two processes, the bench through every
+# framework, the long fuzz profile); it installs PyTorch, the benchmarks' comparison.
+# Each prints its 15 slowest tests, so that growth is seen when it happens.
+PYTEST := $(PY) -m pytest -n auto --dist loadfile --durations=15
+
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(PY) -m pytest -n auto --dist loadfile
+	$(PYTEST) -m "not claims"
 
-test-fast: $(VENV)/.installed
-	$(PY) -m pytest -n auto --dist loadfile -m "not slow"
+$(VENV)/.installed-check: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $@
+
+check: $(VENV)/.installed-check
+	$(PYTEST) -m claims
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/remat bench

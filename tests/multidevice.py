@@ -21,14 +21,16 @@ from pathlib import Path
 from typing import Any
 
 DEVICES = 8
+# Sized for a loaded machine: the slowest sweep took 85 s on 2 quiet cores, and a load of 8-12
+# makes a run five to six times as long.
 
 
-def run(code: str, devices: int = DEVICES, timeout: float = 600, args: tuple[str, ...] = ()) -> Any:
+def run(code: str, devices: int = DEVICES, timeout: float = 1800, args: tuple[str, ...] = ()) -> Any:
     """Run `code` (dedented) with `devices` CPU devices; its last printed line, as JSON."""
     return _run(["-c", textwrap.dedent(code), *args], devices, timeout)
 
 
-def run_file(path: str | Path, *args: str, devices: int = DEVICES, timeout: float = 600) -> Any:
+def run_file(path: str | Path, *args: str, devices: int = DEVICES, timeout: float = 1800) -> Any:
     """Run the Python file `path` with `args` likewise."""
     return _run([str(path), *args], devices, timeout)
 

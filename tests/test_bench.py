@@ -102,7 +102,7 @@ def test_torch_step_returns_the_gradients_and_keeps_no_grad_buffers(monkeypatch)
     assert all(p.grad is None for p in torch_params)  # else the next step's baseline would hold them
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_every_framework_counts_the_gradients_and_nothing_else_of_its_runtime(framework):
     """A step whose memory is nearly all gradients (16 MiB of weights, a batch of 8): every
@@ -112,7 +112,9 @@ def test_every_framework_counts_the_gradients_and_nothing_else_of_its_runtime(fr
     size = MLP(depth=4, width=1024, batch=8)
     grads = sum(w.nbytes + b.nbytes for w, b in inputs(size)[0])
     res = _subprocess({"job": "memory", "framework": framework, "plan": "none", "size": size_to_dict(size)})
-    assert grads <= res["peak"] <= grads + 3 * MiB, (res["peak"] / MiB, grads / MiB)
+    # Resident memory moves by pages: eight runs of each framework read from 108 KiB under the
+    # gradients' bytes to 240 KiB over them, so the bounds keep 1 MiB clear of that spread.
+    assert grads - 1 * MiB <= res["peak"] <= grads + 3 * MiB, (res["peak"] / MiB, grads / MiB)
 
 
 # ---------------------------------------------------------------- the loop models
@@ -161,6 +163,7 @@ def _ordered(tree, like) -> list:
     return [tree]
 
 
+@pytest.mark.claims
 @pytest.mark.parametrize("model", LOOP_MODELS)
 def test_loop_models_have_the_same_loss_and_gradients_in_every_framework(model):
     """The bench's step of each loop model, per schedule: remat (NumPy) against JAX's lax.scan +

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from numpy_memory import measure  # noqa: E402
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_residual_mlp_peak_memory_per_plan():
     rows = {plan: measure(plan, depth=32, width=128, batch=1024) for plan in ("none", "layer", "sqrt")}
     for r in rows.values():  # the evaluator's own count agrees with an outside measure
@@ -23,7 +23,7 @@ def test_residual_mlp_peak_memory_per_plan():
     assert max(losses) - min(losses) <= 1e-6 * max(losses)
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_grad_of_grad_of_the_residual_mlp_peaks_lower_with_checkpoints():
     # Hessian-vector-product style: the gradient of <grad loss(p), v>. Its first-order backward
     # pass is made of checkpoint blocks, which its own backward pass recomputes (issue 13).

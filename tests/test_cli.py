@@ -23,7 +23,7 @@ def table_rows(text: str) -> dict[str, list[str]]:
     return rows
 
 
-@pytest.mark.parametrize("backend", ["numpy", "xla"])
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("xla", marks=pytest.mark.claims)])
 def test_demo_quick_trains_every_plan_to_the_same_result(tmp_path, capsys, backend):
     assert main(["demo", "--quick", "--backend", backend, "--plot", str(tmp_path / "memory.png")]) == 0
     captured = capsys.readouterr()
@@ -49,6 +49,7 @@ def test_demo_runs_on_xla_when_jax_is_installed(monkeypatch):
     assert demo_backend("auto") == "numpy"
 
 
+@pytest.mark.claims
 def test_bench_quick_on_numpy_prints_and_writes_the_table(tmp_path, capsys):
     out = tmp_path / "bench.md"
     assert main(["bench", "--quick", "--frameworks", "remat-numpy", "--out", str(out)]) == 0
@@ -72,7 +73,7 @@ def test_the_console_script_lists_its_commands():
     assert "demo" in done.stdout and "bench" in done.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_bench_quick_with_every_installed_framework(tmp_path, capsys):
     assert main(["bench", "--quick", "--out", str(tmp_path / "bench.md")]) == 0
     printed = capsys.readouterr().out
@@ -87,7 +88,7 @@ def test_bench_quick_with_every_installed_framework(tmp_path, capsys):
     assert "in every framework and plan" in printed
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 @pytest.mark.parametrize("model", ["mlp", "gpt"])
 def test_bench_models_have_the_gradients_of_their_jax_twins(model):
     import jax

@@ -162,6 +162,7 @@ def demo_run(tmp_path_factory):
     return out.getvalue(), path, profiles, fig
 
 
+@pytest.mark.claims
 def test_demo_picture_has_a_curve_per_panel_with_many_points_per_stage(demo_run):
     _, path, profiles, fig = demo_run
     assert path.read_bytes()[:8] == PNG_MAGIC
@@ -176,6 +177,7 @@ def test_demo_picture_has_a_curve_per_panel_with_many_points_per_stage(demo_run)
     assert len(profiles["none"].stages) == 1 and len(profiles["none"].timeline) > 100
 
 
+@pytest.mark.claims
 def test_demo_plotted_peak_is_the_printed_peak(demo_run):
     out, _, profiles, fig = demo_run
     printed = {line.split("|")[1].strip(): line.split("|")[2].strip()
@@ -187,6 +189,7 @@ def test_demo_plotted_peak_is_the_printed_peak(demo_run):
         assert ax.get_title(loc="left").startswith(f"{name}: peak {printed[name]} MiB, measured")
 
 
+@pytest.mark.claims
 def test_demo_says_which_figures_are_measured_and_which_predicted(demo_run):
     out, _, _, fig = demo_run
     assert re.search(r"peak: measured, .*stage.*temporary buffers", out)

@@ -1,4 +1,5 @@
-"""The differential fuzzer's CI profile: 300 random programs (tests/fuzz_programs.py) checked
+"""The differential fuzzer's CI profiles: 300 random programs (tests/fuzz_programs.py), the first 20
+with every `make test` and the rest in the claims tier (`make check`), checked
 against JAX in float64 — eagerly and under rm.jit on both backends, value, gradients and, for
 some, second order — in chunks of seeds, so a failure names its seed and prints its program.
 `make fuzz` runs the long campaign. And the fuzzer's own checks: it is reproducible, it covers
@@ -15,7 +16,10 @@ import pytest
 import fuzz_programs as fp
 import remat as rm
 
-PROFILE = range(0, 300)
+#: The short profile runs with every `make test`; the long one in the claims tier (`make check`).
+SHORT = range(0, 20)
+LONG = range(20, 300)
+PROFILE = range(SHORT.start, LONG.stop)
 CHUNK = 25
 
 #: Seeds whose programs expose a genuine remat bug, each with its minimal reproduction. They
@@ -33,15 +37,18 @@ def _assert_no_failures(failures: list[fp.Failure]) -> None:
         pytest.fail(f"{len(failures)} failed checks\n{out.getvalue()}", pytrace=False)
 
 
+def _chunks(profile: range, chunk: int, *marks):
+    return [pytest.param([s for s in range(a, min(a + chunk, profile.stop)) if s not in KNOWN],
+                         id=f"seeds{a}-{min(a + chunk, profile.stop) - 1}", marks=marks)
+            for a in range(profile.start, profile.stop, chunk)]
+
+
 def _profile():
-    """The profile in chunks of seeds, then each known-bug seed alone, expected to fail."""
-    chunks = [pytest.param([s for s in range(a, a + CHUNK) if s not in KNOWN], id=f"seeds{a}-{a + CHUNK - 1}")
-              for a in range(PROFILE.start, PROFILE.stop, CHUNK)]
+    """Both profiles in chunks of seeds, then each known-bug seed alone, expected to fail."""
     known = [pytest.param([s], id=f"seed{s}", marks=pytest.mark.xfail(strict=True, reason=r)) for s, r in KNOWN.items()]
-    return chunks + known
+    return _chunks(SHORT, 10) + _chunks(LONG, CHUNK, pytest.mark.claims) + known
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("seeds", _profile())
 def test_random_programs_agree_with_jax(seeds):
     programs, checks, failures = fp.run(seeds)

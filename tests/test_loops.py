@@ -2,6 +2,7 @@
 the unrolled Python loop and against JAX in float64 on both backends; the blocks in the graph,
 the residuals their gradients keep, the NumPy evaluator's count; vmap through them."""
 
+import functools
 import tracemalloc
 
 import jax
@@ -897,11 +898,10 @@ def test_scanned_mlp_model_equals_the_unrolled_model(backend, checkpoint):
     assert_close(got, (value, (models.stack_params(grads), gx)))
 
 
-@pytest.mark.parametrize("checkpoint", [None, "step", rm.loops.segments(), rm.loops.binomial()],
-                         ids=["plain", "step", "segments", "binomial"])
-def test_scanned_gpt_model_equals_the_unrolled_model_and_jax(backend, checkpoint):
-    """The GPT-style model as one scan over its stacked blocks: the loss and the gradients of
-    every weight are the unrolled model's and those of jax.lax.scan + jax.checkpoint (float64)."""
+@functools.cache
+def _scanned_gpt_references():
+    """The GPT-style model's loss and gradients, unrolled (remat, eagerly) and as
+    jax.lax.scan + jax.checkpoint (float64), once for every schedule and backend."""
     from remat import models
     from remat.bench import impl_jax
     from remat.bench.config import GPT, inputs
@@ -910,16 +910,27 @@ def test_scanned_gpt_model_equals_the_unrolled_model_and_jax(backend, checkpoint
     params32, data = inputs(size)
     params = rm.tree.map(lambda a: a.astype("float64"), params32)
     stacked = models.stack_gpt_params(params)
-    assert stacked["blocks"]["fc"].shape == (3, 8, 32) and stacked["tok"].shape == (7, 8)
-    step = rm.value_and_grad(lambda p, d: models.scanned_gpt_loss(p, d, checkpoint, size.heads))
-    got = run_on(backend, step, stacked, data)
     value, grads = rm.value_and_grad(lambda p, d: models.gpt_loss(p, d, "none", size.heads))(params, data)
-    assert_close(got, (value, models.stack_gpt_params(grads)), rtol=1e-9, atol=1e-12)
     with jax.enable_x64(True):
         jax_params = jax.tree_util.tree_map(jnp.asarray, rm.tree.map(np.asarray, stacked))
         expected = jax.jit(jax.value_and_grad(lambda p, d: impl_jax.scanned_gpt_loss(p, d, "step", size.heads)))(
             jax_params, data)
         expected = jax.tree_util.tree_map(np.asarray, expected)
+    return size, stacked, data, (value, models.stack_gpt_params(grads)), expected
+
+
+@pytest.mark.parametrize("checkpoint", [None, "step", rm.loops.segments(), rm.loops.binomial()],
+                         ids=["plain", "step", "segments", "binomial"])
+def test_scanned_gpt_model_equals_the_unrolled_model_and_jax(backend, checkpoint):
+    """The GPT-style model as one scan over its stacked blocks: the loss and the gradients of
+    every weight are the unrolled model's and those of jax.lax.scan + jax.checkpoint (float64)."""
+    from remat import models
+
+    size, stacked, data, unrolled, expected = _scanned_gpt_references()
+    assert stacked["blocks"]["fc"].shape == (3, 8, 32) and stacked["tok"].shape == (7, 8)
+    step = rm.value_and_grad(lambda p, d: models.scanned_gpt_loss(p, d, checkpoint, size.heads))
+    got = run_on(backend, step, stacked, data)
+    assert_close(got, unrolled, rtol=1e-9, atol=1e-12)
     assert_close(got[0], expected[0], rtol=1e-9, atol=1e-12)
     for name in ("tok", "pos", "lnf_g", "lnf_b", "head"):
         assert_close(got[1][name], expected[1][name], rtol=1e-9, atol=1e-12)

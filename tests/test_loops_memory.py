@@ -24,7 +24,7 @@ def assert_counts_agree(row: dict, activation: int) -> None:
     assert row["evaluator"] - slack <= row["tracemalloc"] <= row["evaluator"] + row["timeline"] + slack, row
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_scanned_mlp_peak_per_schedule():
     rows = {name: numpy_peak("mlp", name, MLP_SIZE) for name in ("unrolled", "plain", "body", "sqrt", "binomial")}
     act = _activation(MLP_SIZE)
@@ -40,7 +40,7 @@ def test_scanned_mlp_peak_per_schedule():
     assert max(losses) - min(losses) <= 1e-6 * max(losses)
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_scanned_mlp_peak_per_schedule_on_xla():
     pytest.importorskip("jax")
     rows = {name: xla_peak_in_child("mlp", name, MLP_SIZE) for name in ("unrolled", "body", "sqrt")}
@@ -57,7 +57,7 @@ def test_scanned_mlp_peak_per_schedule_on_xla():
     assert len({round(r["loss"], 4) for r in rows.values()}) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_rnn_over_1000_steps_peak_per_schedule():
     rows = {name: numpy_peak("rnn", name, RNN_SIZE) for name in ("plain", "sqrt", "binomial")}
     carry = _activation(RNN_SIZE)

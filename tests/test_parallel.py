@@ -198,7 +198,7 @@ def check_step(r: dict, mesh_axes: int) -> None:
     assert {k for k, n in r["counts"].items() if n} == {"all-reduce"}  # values stay split: no all-gather
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 @pytest.mark.parametrize("plan", PLANS)
 @pytest.mark.parametrize("mode", ["fused", "staged"])
 @pytest.mark.parametrize("name", list(MESHES))
@@ -209,7 +209,7 @@ def test_sharded_checkpointed_gradients_equal_one_devices(name, mode, plan):
         assert r["stages"] == 1 and r["counts"] == r["jax_counts"]
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_data_parallel_all_reduces_the_gradients_once():
     # One all-reduce of every gradient and the loss (XLA combines them), of exactly their bytes.
     r = swept("dp")["fused/none"]
@@ -217,7 +217,7 @@ def test_data_parallel_all_reduces_the_gradients_once():
     assert r["bytes"]["all-reduce"] == param_bytes() + 4
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_tensor_parallel_all_reduces_twice_per_block_each_way():
     # Megatron: attention and MLP each end in one all-reduce of the block's output, (b, t, d) per
     # device, forward; their transposes, the gradients of the blocks' inputs, backward.
@@ -227,17 +227,10 @@ def test_tensor_parallel_all_reduces_twice_per_block_each_way():
     assert r["bytes"]["all-reduce"] == 4 * c.layers * c.batch * c.seq * c.d_model * 4
 
 
-def test_data_and_tensor_parallel_staged_step_on_eight_devices():
-    # The quick check of the sweep above: both kinds at once, checkpointed per block, staged.
-    r = sweep("dp+tp", plans=("layer",), modes=("staged",))["staged/layer"]
-    assert r["stages"] > 1
-    check_step(r, mesh_axes=2)
-
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_data_parallel_memory_per_device_is_an_eighth_of_the_activations():
     # benchmarks/sharded_memory.py measures (its docstring says how); the bound is issue 16's.
     rows = run_file(ROOT / "benchmarks" / "sharded_memory.py", "--json")
@@ -250,12 +243,12 @@ def test_data_parallel_memory_per_device_is_an_eighth_of_the_activations():
     assert rows[1]["dp_ratio"] < 0.5  # one checkpoint per block keeps a third of the activations
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 @pytest.mark.parametrize("setup", ["dp", "tp"])
 def test_sharded_training_example_follows_one_device(setup):
     # The example sets its own 8 devices; it trains both ways and prints the differences.
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "sharded_gpt.py"), "--setup", setup,
-                           "--steps", "10"], capture_output=True, text=True, timeout=600,
+                           "--steps", "10"], capture_output=True, text=True, timeout=1800,
                           env=environment(devices=8))
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout

@@ -135,7 +135,7 @@ def test_budget_with_has_aux_argnums_vjp_and_jit():
     assert_bit_identical((y, back(rm.asarray(1.0))), (y0, back0(rm.asarray(1.0))))
 
 
-@pytest.mark.parametrize("model", ["mlp8", pytest.param("gpt4", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("model", ["mlp8", pytest.param("gpt4", marks=pytest.mark.claims)])
 def test_planned_gradient_on_xla_equals_numpy(model):
     fn, args = MODELS[model]()
     want = rm.grad(fn)(*args)
@@ -214,7 +214,8 @@ def test_base_bytes_are_inputs_and_constants():
 @pytest.mark.parametrize("model, share, strategy", [
     ("mlp32", 0.25, "chain"), ("mlp8", 0.5, "chain"), ("mlp8", 0.75, "sqrt"), ("gpt4", 0.5, "chain"),
     ("gpt4", 0.75, "chain"),
-    pytest.param("gpt4", 0.5, None, marks=pytest.mark.slow), pytest.param("mlp32", 0.25, None, marks=pytest.mark.slow),
+    pytest.param("gpt4", 0.5, None, marks=pytest.mark.claims),
+    pytest.param("mlp32", 0.25, None, marks=pytest.mark.claims),
 ])
 def test_measured_peak_within_budget(model, share, strategy):
     fn, args = MODELS[model]()
@@ -368,7 +369,7 @@ def test_the_same_step_always_gets_the_same_plan():
     assert plans[0] == plans[1] == plans[2]
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 @pytest.mark.parametrize("model", ["mlp32", "gpt6"])
 def test_a_bigger_budget_never_gets_a_costlier_plan(model):
     """Deep enough that 30% of the activation memory is reachable."""

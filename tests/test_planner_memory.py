@@ -20,7 +20,7 @@ from remat.cli import main
 MiB = 2**20
 
 
-# ---------------------------------------------------------------- measured (slow)
+# ---------------------------------------------------------------- measured (the claims tier)
 
 
 @pytest.fixture(scope="module", params=planner.MODELS)
@@ -38,14 +38,14 @@ def _planned(result: dict, backend: str) -> dict:
 BACKENDS = pytest.mark.parametrize("backend", ["numpy", "xla"])
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_planned_peak_is_within_the_budget_on_numpy(measured):
     for fraction, row in _planned(measured, "numpy").items():
         total, budget = row["peak"] + row["base"], row["budget"] + row["base"]
         assert total <= 1.05 * budget, (measured["model"], fraction, total / MiB, budget / MiB)
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 @BACKENDS
 def test_a_fraction_is_of_the_backends_count_of_the_unplanned_step(measured, backend):
     # On NumPy the evaluator's count, on XLA what XLA's buffer reports of the stages add up to:
@@ -57,7 +57,7 @@ def test_a_fraction_is_of_the_backends_count_of_the_unplanned_step(measured, bac
         assert row["budget"] == pytest.approx(fraction * row["unplanned"], rel=0.01)
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_on_xla_the_planned_step_fits_as_xla_counts_the_program_it_runs(measured):
     for fraction, row in _planned(measured, "xla").items():
         assert row["predicted"] == row["xla_own"], (measured["model"], fraction)  # its own stages, compiled
@@ -67,18 +67,18 @@ def test_on_xla_the_planned_step_fits_as_xla_counts_the_program_it_runs(measured
 # Resident memory of XLA's first run varies from run to run: for the GPT-style step at 25% it
 # read 28.2-33.1 MiB against XLA's report of 33.3 on this 2-core machine, idle and beside up to
 # three busy processes (stage by stage, it followed the report within 1.4 MiB), and a bound of
-# 0.80-1.15x the report failed beside the other slow tests. So it is not asserted here:
+# 0.80-1.15x the report failed beside the other claims tests. So it is not asserted here:
 # `remat bench --planner` reports it (`budget_checks`), measured with nothing else running.
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_numpy_peaks_are_what_tracemalloc_sees_and_exactly_what_was_predicted(measured):
     for fraction, row in _planned(measured, "numpy").items():
         assert abs(row["peak"] - row["tracemalloc"]) <= 0.05 * row["tracemalloc"], (fraction, row)
         assert row["predicted"] == row["peak"]  # the model is the evaluator's own count
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_planned_gradients_equal_the_unplanned_ones(measured):
     for row in _planned(measured, "numpy").values():
         assert row["grads"]["equal"], row["grads"]  # bit for bit: the same ops on the same values
@@ -86,7 +86,7 @@ def test_planned_gradients_equal_the_unplanned_ones(measured):
         assert row["grads"]["max_rel"] <= 1e-5, row["grads"]
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 @BACKENDS
 def test_no_hand_placed_plan_that_fits_is_faster_by_the_cost_model(measured, backend):
     # Memory as the planner counts it: the evaluator's count (the measured peak) on NumPy, XLA's

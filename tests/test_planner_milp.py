@@ -131,7 +131,7 @@ def test_model_counts_a_value_until_the_last_stage_that_holds_it():
 # ---------------------------------------------------------------- plan_milp against brute force
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 @pytest.mark.parametrize("make", [chain_fn, skip_fn], ids=["chain", "skip"])
 def test_plan_milp_matches_brute_force_on_exact_peaks(make):
     """On every budget between the least and the unplanned peak, the MILP's plan fits (exact
@@ -238,7 +238,7 @@ def small_gpt():
     return (lambda p, d: models.gpt_loss(p, d, "none", 2)), (params, data)
 
 
-@pytest.mark.parametrize("share", [pytest.param(0.75, marks=pytest.mark.slow), 0.9])
+@pytest.mark.parametrize("share", [pytest.param(0.75, marks=pytest.mark.claims), 0.9])
 def test_gradients_with_the_milp_plan_are_bit_identical(share):
     """The step with the MILP's own plan applied, run by the NumPy evaluator, returns the loss
     and every gradient bit for bit as the unplanned step does."""
@@ -266,7 +266,7 @@ def test_grad_with_strategy_milp_is_bit_identical():
 # ---------------------------------------------------------------- the GPT-style model
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 @pytest.mark.parametrize("share", [0.25, 0.5, 0.75])
 def test_gpt_never_worse_than_chain_and_sqrt(share):
     """8 blocks, the bench's size: a plan that fits, recomputing no more than the chain DP's or

@@ -34,6 +34,7 @@ def _forward(fn, args):
     return graph, peaks.Step(wrt=len(rm.tree.leaves(args[0])), seeded=1)
 
 
+@pytest.mark.claims
 def test_a_step_jitted_for_xla_fits_by_xlas_count_where_the_evaluators_plan_does_not():
     fn, args = gpt(3)
     graph, step = _forward(fn, args)
@@ -55,6 +56,7 @@ def test_a_step_jitted_for_xla_fits_by_xlas_count_where_the_evaluators_plan_does
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.claims
 def test_a_fraction_on_xla_is_of_xlas_count_of_the_unplanned_step():
     fn, args = mlp(depth=8)
     report, _ = _jitted(fn, args, 0.6)
@@ -93,6 +95,7 @@ def test_plan_report_counts_for_the_backend_asked():
         rm.memory.plan_report(fn, *args, memory_budget=0.6, backend="tpu")
 
 
+@pytest.mark.claims
 def test_a_budget_below_xlas_least_names_it_and_that_budget_works():
     fn, args = mlp(depth=8)
     with pytest.raises(ValueError, match=r"memory_budget: 1000 bytes is below the smallest peak this step can "

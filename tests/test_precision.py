@@ -222,7 +222,7 @@ def test_a_bad_precision_names_the_argument_and_lists_the_accepted_values(where)
 # ---------------------------------------------------------------- the prepared GPU check, tiny on the CPU
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_the_gpu_check_script_runs_and_reports_on_a_tiny_model():
     script = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "gpu_check.py")
     done = subprocess.run([sys.executable, script, "--tiny", "--plans", "none", "layer", "--rounds", "1"],

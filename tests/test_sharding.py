@@ -1,7 +1,7 @@
 """Sharding (issue 16): the `shard` op on both backends and through every transformation, and
 `rm.jit(..., backend="xla", in_shardings=, out_shardings=)`. This process has one CPU device;
 the checks that need several run in one subprocess with 8 (tests/multidevice_sharding.py):
-a few quick ones always, the rest marked slow."""
+a few quick ones in `make test`, the rest in the claims tier (`make check`)."""
 
 from __future__ import annotations
 
@@ -200,20 +200,20 @@ def test_bad_layouts_on_a_mesh_are_remat_errors(quick, case, words):
         assert re.search(w, r["message"]), (w, r["message"])
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_gradients_equal_one_device_for_every_plan_fused_and_staged(rest):
     gaps = rest["gradients_equal_one_device"]
     assert len(gaps) == 8 and max(gaps.values()) < 1e-5, gaps
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_tensor_parallel_gradients_equal_one_device(rest):
     r = rest["tensor_parallel_gradients_equal_one_device"]
     assert r["fused"] < 1e-5 and r["staged"] < 1e-5, r
     assert r["w-spec-fused"] == r["w-spec-staged"] == "P(None, 'model')"  # the gradient laid out as its weight
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_staged_values_stay_sharded_between_stages(rest):
     r = rest["staged_values_stay_sharded"]
     assert r["stages"] >= 4  # a forward stage, then one per checkpointed layer's backward
@@ -224,7 +224,7 @@ def test_staged_values_stay_sharded_between_stages(rest):
     assert sharded == one_device < r["stages"]  # equal layers still share one executable
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_stage_memory_counts_one_devices_bytes(rest):
     """Data parallel over 4 ways: the forward stage holds a quarter of the activations per
     device, and the peak is at most a quarter of one device's plus the replicated weights and
@@ -236,21 +236,21 @@ def test_stage_memory_counts_one_devices_bytes(rest):
     assert data["peak"] <= 1.1 * ((one["peak"] - 2 * r["params_bytes"]) / 4 + 2 * r["params_bytes"]), r
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_shard_is_a_sharding_constraint_in_the_hlo(rest):
     r = rest["shard_in_graph_and_hlo"]
     assert "shard[spec=P('data', None)]" in r["graph"]
     assert r["constraints"] >= 1 and r["mentions_data"]
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_data_parallel_collectives_are_jaxs(rest):
     r = rest["collectives_are_no_more_than_jax"]
     assert r["ours"]["all-reduce"] >= 1  # the gradients summed over 'data'
     assert all(r["ours"][op] <= r["jax"][op] for op in r["ours"]), r
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_more_layouts(rest):
     assert rest["explicit_mesh_arrays_and_bare_specs_on_the_jit_mesh"]["spec"] == "P('data', 'model')"
     assert rest["bare_specs_on_the_set_mesh"]["spec"] == "P(None, 'model')"

@@ -25,7 +25,7 @@ def figure(text: str, label: str) -> float:
     return float(re.search(rf"{label}: (\S+)", text).group(1))
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 @pytest.mark.parametrize("mode", ["staged", "fused"])
 def test_two_processes_agree_with_one(mode):
     out = run_example("--plan", "layer", *(["--fused"] if mode == "fused" else []))

@@ -301,10 +301,10 @@ def test_staged_runs_never_consume_the_callers_arrays(staged, rng):
     assert_trees_close(step(*args), first, rtol=0, atol=0)
 
 
-# ---------------------------------------------------------------- memory (slow: separate processes)
+# ---------------------------------------------------------------- memory (the claims tier: separate processes)
 
 
-@pytest.mark.slow
+@pytest.mark.claims
 def test_staged_checkpoints_lower_peak_memory_on_xla_cpu():
     """32 layers, width 256, batch 8192 (8 MiB activations): peak RSS of one training step,
     each plan in its own process (see benchmarks/xla_memory.py)."""

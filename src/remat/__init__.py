@@ -7,6 +7,8 @@
 (2, 3)
 """
 
+from importlib import metadata as _metadata
+
 from remat import dtypes, linalg, memory, nn, optim, policies, random, tree
 from remat.autodiff import grad, value_and_grad, vjp
 from remat.checkpoint import checkpoint, checkpoint_sequential, remat
@@ -111,7 +113,8 @@ from remat.sharding import shard
 from remat.trace import Tensor, asarray, make_graph
 from remat.vectorize import devectorize, vectorize, vmap
 
-__version__ = "0.1.0"
+#: The installed package's version, whose one source is pyproject.toml (CHANGELOG.md says what changed).
+__version__ = _metadata.version("remat")
 
 
 def __getattr__(name: str):

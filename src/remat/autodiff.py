@@ -106,7 +106,7 @@ def vjp(fn: Callable, *primals, has_aux: bool = False, memory_budget=None, strat
     """`(fn(*primals), vjp_fn)`, where `vjp_fn(cotangent)` gives one cotangent per primal.
 
     `memory_budget` bounds the memory of the step (forward and backward): remat then places
-    checkpoints itself (see the README, "Memory budgets"). It is bytes — an int or a string
+    checkpoints itself (see docs/memory-budgets.md). It is bytes — an int or a string
     with a unit, `"300MiB"`, `"1.5GB"` — counting the step's inputs and constants and what it
     allocates, or a float fraction in (0, 1] of the activation memory: budget bytes = inputs
     and constants + fraction × what the step allocates without checkpoints. `strategy`: None

@@ -248,7 +248,7 @@ def checkpoint(fn: Callable, *args, policy=None, static_argnums=(), prevent_cse:
     (they get gradients); tensors `fn` reads from enclosing scope are captured; other values
     (numbers, strings, None, and the arguments at `static_argnums`) reach `fn` as they are, so
     Python code may branch on them. Non-tensor leaves `fn` returns (numbers, None) come back as
-    they are. `prevent_cse=False` leaves the barrier out of the gradient (see the README).
+    they are. `prevent_cse=False` leaves the barrier out of the gradient (see docs/checkpointing.md).
 
     Called outside any trace, `fn` is traced once per signature and the program reused.
 

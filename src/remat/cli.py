@@ -8,9 +8,12 @@ import argparse
 import importlib.util
 import sys
 
+from remat import __version__
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="remat", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"remat {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="train a residual MLP on digits under each checkpoint plan")
     demo.add_argument("--quick", action="store_true", help="a small model and three epochs (for CI)")

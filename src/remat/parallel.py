@@ -25,7 +25,7 @@ SPMD partitioner doing the communication: a set-up is shardings (data) and a los
     loss, grads = step(params, (tokens, targets), "layer")
 
 Needs JAX (`jax.sharding`): `import remat` does not import this module; `rm.parallel` does, when
-first used. Measured figures: README, "Many devices".
+first used. Measured figures: docs/many-devices.md.
 """
 
 from __future__ import annotations
