@@ -20,7 +20,7 @@ import time
 TARGET = 2.0  # remat / jax.jit
 
 
-def callers(leaves: int, staged: bool | None):
+def callers(leaves: int):
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -36,7 +36,7 @@ def callers(leaves: int, staged: bool | None):
             out = out + sum_(v)
         return out
 
-    remat_fn = rm.jit(lambda xs: total(xs, rm.sum), backend="xla", staged=staged)
+    remat_fn = rm.jit(lambda xs: total(xs, rm.sum), backend="xla")
     jax_fn = jax.jit(lambda xs: total(xs, jnp.sum))
     expected = float(sum(v.sum() for v in tree.values()))
     for fn in (remat_fn, jax_fn):
@@ -61,12 +61,9 @@ def main(argv=None) -> int:
     p.add_argument("--leaves", type=int, default=512)
     p.add_argument("--calls", type=int, default=50)
     p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--staged", choices=("default", "true", "false"), default="default",
-                   help="rm.jit's staged= (default: None, staged on the CPU)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
-    staged = {"default": None, "true": True, "false": False}[a.staged]
-    run = callers(a.leaves, staged)
+    run = callers(a.leaves)
     for fn in run.values():
         fn(3)  # warm up
     times: dict[str, list[float]] = {"remat": [], "jax": []}

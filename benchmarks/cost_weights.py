@@ -2,8 +2,8 @@
 backend takes per unit of work of each class of op, in nanoseconds.
 
 Each class is timed as a chain of `k` ops of it on arrays the size of the benchmark models'
-activations (`rm.jit` on the backend; on XLA the chain is one fused executable, as recomputation
-inside a staged backward is). Only differences are used: the time of `high` ops less the time of
+activations (`rm.jit` on the backend; on XLA the chain is one executable, as recomputation inside a
+backward block is part of the step's). Only differences are used: the time of `high` ops less the time of
 `low` ops, over `high - low`, is one op's time without the call around it. Per-node time
 (`call`) comes from a chain of ops on one-element arrays; the others are per element (per FLOP
 for matrix products) with `call` taken off:

@@ -3,7 +3,7 @@
   rm.jvp of the MLP loss (tangents of every weight) / jax.jvp of the same program
   rm Hessian-vector product, rm.jvp(rm.grad(loss)) / JAX's jax.jvp(jax.grad(loss))
 
-Both sides are jitted whole (rm.jit(backend="xla", staged=False): one executable, as jax.jit);
+Both sides are jitted whole (rm.jit(backend="xla"): one executable, as jax.jit);
 the variants are interleaved and timed `--repeats` times; the best times are compared (other
 load disturbs them least), medians shown beside them. The model is the residual MLP: L layers
 of `h + tanh(h @ w + b)`, loss `mean(h * h)`.
@@ -43,10 +43,9 @@ def _programs(depth: int, width: int, batch: int):
     def jax_loss(p, x):
         return mlp_loss(p, x, "none")
 
-    rm_jvp = rm.jit(lambda p, x, v: rm.jvp(lambda q: rm_loss(q, x), (p,), (v,)), backend="xla", staged=False)
+    rm_jvp = rm.jit(lambda p, x, v: rm.jvp(lambda q: rm_loss(q, x), (p,), (v,)), backend="xla")
     jax_jvp = jax.jit(lambda p, x, v: jax.jvp(lambda q: jax_loss(q, x), (p,), (v,)))
-    rm_hvp = rm.jit(lambda p, x, v: rm.jvp(rm.grad(lambda q: rm_loss(q, x)), (p,), (v,))[1], backend="xla",
-                    staged=False)
+    rm_hvp = rm.jit(lambda p, x, v: rm.jvp(rm.grad(lambda q: rm_loss(q, x)), (p,), (v,))[1], backend="xla")
     jax_hvp = jax.jit(lambda p, x, v: jax.jvp(jax.grad(lambda q: jax_loss(q, x)), (p,), (v,))[1])
     programs = {"jvp rm": rm_jvp, "jvp jax": jax_jvp, "hvp rm": rm_hvp, "hvp jax": jax_hvp}
     return {name: (lambda f=f: f(params, x, v)) for name, f in programs.items()}

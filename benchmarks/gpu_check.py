@@ -5,19 +5,20 @@
 
 On the GPT-style model of `remat.models` (`remat.bench.config.GPT`), each checkpoint plan:
 
-- `gradients`: the fused step's gradients here, at precision "highest", against the CPU's (a
-  child process with `JAX_PLATFORMS=cpu`, fused, "highest"): the largest relative error of a
-  parameter's gradient, ||g - g_cpu|| / ||g_cpu||, must be under float32's `tolerance`. Beside
-  it, the same error at the default precision (TF32 on recent NVIDIA GPUs): why the tests that
-  compare backends ask for "highest".
-- `memory`: the step's temporary bytes as XLA's `memory_analysis()` reports them, in MiB:
-  remat fused (one executable), remat staged (the run's peak of live values and temporaries,
-  `Compiled.last_memory.peak`), `jax.jit` with `jax.checkpoint`, and the CPU's staged peak from
-  the child: with checkpoints they fall on the accelerator as staged execution makes them fall
-  on the CPU. `ratio` columns are relative to the plan without checkpoints.
+- `gradients`: the step's gradients here, at precision "highest", against the CPU's (a child
+  process with `JAX_PLATFORMS=cpu`, "highest"): the largest relative error of a parameter's
+  gradient, ||g - g_cpu|| / ||g_cpu||, must be under float32's `tolerance`. Beside it, the same
+  error at the default precision (TF32 on recent NVIDIA GPUs): why the tests that compare
+  backends ask for "highest".
+- `memory`: what one step's executable holds as XLA's `memory_analysis()` reports it
+  (temporaries + outputs), in MiB: remat as `rm.jit` lowers it here (`default_lowering`: on an
+  accelerator backward blocks inline behind their optimization barriers), remat with the other
+  lowering (backward blocks as conditionals, the CPU's), `jax.jit` with `jax.checkpoint`, and
+  the CPU's remat from the child. `ratio` columns are relative to the plan without checkpoints.
 - `speed`: remat ÷ JAX step time at the default precision (JAX's, so TF32 where JAX uses it),
-  the median over interleaved rounds of the per-round ratio, with its range; `dot_precisions`
-  are the precisions in remat's lowered program.
+  each lowering, the median over interleaved rounds of the per-round ratio, with its range;
+  `dot_precisions` are the precisions in remat's lowered program. Together with `memory`, they
+  say which lowering is best on this platform.
 """
 
 from __future__ import annotations
@@ -46,10 +47,19 @@ def log(what: str) -> None:
     print(f"[gpu_check {time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
-def remat_step(size, plan: str, params, data, staged: bool | None):
+def remat_step(size, plan: str, params, data, branches: bool | None = None):
+    """remat's step, its backward blocks lowered as `rm.jit` lowers them here (None), as
+    conditionals (True) or inline (False)."""
+    from remat.backends import xla
     from remat.bench import impl_remat
 
-    return impl_remat.build(size, plan, params, data, "xla", staged=staged)
+    default = xla.default_branches
+    if branches is not None:
+        xla.default_branches = lambda: branches
+    try:
+        return impl_remat.build(size, plan, params, data, "xla")  # compiled now
+    finally:
+        xla.default_branches = default
 
 
 def jax_step(size, plan: str, params, data):
@@ -69,8 +79,8 @@ def worst_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
     return max(float(np.linalg.norm(g - w) / max(np.linalg.norm(w), 1e-30)) for g, w in zip(got, want))
 
 
-def staged_peak(step) -> float:
-    step[1](step[0]())
+def remat_peak(step) -> float:
+    step[1](step[0]())  # a run fills last_memory
     return step[0].compiled.last_memory.peak / MiB
 
 
@@ -78,14 +88,14 @@ def staged_peak(step) -> float:
 
 
 def cpu_reference(size, plans, out: str) -> dict:
-    """Fused gradients at "highest" (saved to `out`), and the staged peak of each plan."""
+    """Gradients at "highest" (saved to `out`), and remat's peak of each plan."""
     import remat as rm
 
     params, data = inputs(size)
     with rm.default_matmul_precision("highest"):
-        reference = gradients(remat_step(size, "none", params, data, staged=False)[0])
+        reference = gradients(remat_step(size, "none", params, data)[0])
     np.savez(out, *reference)
-    return {plan: staged_peak(remat_step(size, plan, params, data, staged=True)) for plan in plans}
+    return {plan: remat_peak(remat_step(size, plan, params, data)) for plan in plans}
 
 
 def start_cpu_child(size, plans, out: str) -> subprocess.Popen:
@@ -102,6 +112,7 @@ def check(size, plans, rounds: int) -> dict:
     import jax
 
     import remat as rm
+    from remat.backends import xla
     from remat.bench.worker import set_up_xla, timed
 
     start = time.perf_counter()
@@ -111,14 +122,15 @@ def check(size, plans, rounds: int) -> dict:
         set_up_xla()
         log(f"{jax.default_backend()}: {size.describe()}; gradients at 'highest'")
         with rm.default_matmul_precision("highest"):
-            exact = {p: gradients(remat_step(size, p, params, data, staged=False)[0]) for p in plans}
+            exact = {p: gradients(remat_step(size, p, params, data)[0]) for p in plans}
         log("compiling the steps at the default precision")
+        here = xla.default_branches()
         with jax.default_matmul_precision(None):  # JAX's default for remat (nothing else set) and JAX alike
-            fused = {p: remat_step(size, p, params, data, staged=False) for p in plans}
-            staged = {p: remat_step(size, p, params, data, staged=True) for p in plans}
+            remat = {p: remat_step(size, p, params, data) for p in plans}
+            other = {p: remat_step(size, p, params, data, branches=not here) for p in plans}
             plain = {p: jax_step(size, p, params, data) for p in plans}
             text = rm.jit(lambda a, b: a @ b, backend="xla").lower(rm.ones((2, 2)), rm.ones((2, 2))).as_text()
-        default = gradients(fused["none"][0])
+        default = gradients(remat["none"][0])
         log("waiting for the CPU's gradients")
         cpu_out, _ = child.communicate(timeout=600)
         if child.returncode:
@@ -131,41 +143,42 @@ def check(size, plans, rounds: int) -> dict:
     return {
         "platform": {"backend": jax.default_backend(), "device": device.device_kind, "jax": jax.__version__},
         "size": size_to_dict(size),
-        "gradients": {"precision": "highest", "reference": "CPU, fused, highest", "tolerance": TOLERANCE,
+        "default_lowering": "conditionals" if here else "inline",
+        "gradients": {"precision": "highest", "reference": "CPU, highest", "tolerance": TOLERANCE,
                       "worst_relative_error": errors, "ok": all(e <= TOLERANCE for e in errors.values()),
                       "default_precision_error": worst_error(default, reference)},
-        "memory": memory(plans, fused, staged, plain, cpu_peak),
+        "memory": memory(plans, remat, other, plain, cpu_peak),
         "speed": {"precision": "JAX's default", "dot_precisions": sorted(set(_dot_precisions(text))),
-                  **speed(plans, fused, plain, rounds, timed)},
+                  "remat_over_jax": speed(plans, remat, plain, rounds, timed),
+                  "other_lowering_over_jax": speed(plans, other, plain, rounds, timed)},
         "seconds": round(time.perf_counter() - start, 1),
     }
 
 
-def memory(plans, fused, staged, plain, cpu_peak) -> dict:
+def memory(plans, remat, other, plain, cpu_peak) -> dict:
     rows = {}
     for p in plans:
-        fused[p][1](fused[p][0]())  # a run fills last_memory
-        rows[p] = {"remat_fused_temp": fused[p][0].compiled.last_memory.temp[0] / MiB,
-                   "remat_staged_peak": staged_peak(staged[p]),
-                   "jax_temp": plain[p][0].compiled.memory_analysis().temp_size_in_bytes / MiB,
-                   "cpu_staged_peak": cpu_peak[p]}
+        jax_report = plain[p][0].compiled.memory_analysis()
+        rows[p] = {"remat_peak": remat_peak(remat[p]), "other_lowering_peak": remat_peak(other[p]),
+                   "jax_peak": (jax_report.temp_size_in_bytes + jax_report.output_size_in_bytes) / MiB,
+                   "cpu_remat_peak": cpu_peak[p]}
     base = rows[plans[0]]
     for row in rows.values():
         row.update({f"{k}_ratio": row[k] / base[k] if base[k] else None for k in list(row)})
     return {"unit": "MiB", "plans": rows}
 
 
-def speed(plans, fused, plain, rounds: int, timed) -> dict:
+def speed(plans, ours, plain, rounds: int, timed) -> dict:
     log(f"timing {rounds} rounds")
     ratios: dict[str, list[float]] = {p: [] for p in plans}
     for p in plans:  # JAX's first run sets up its executable: not a step's time
-        timed(*fused[p]), timed(*plain[p])
+        timed(*ours[p]), timed(*plain[p])
     for r in range(rounds):
         for p in plans:
-            pair = [fused[p], plain[p]] if r % 2 else [plain[p], fused[p]]  # each goes first half the time
+            pair = [ours[p], plain[p]] if r % 2 else [plain[p], ours[p]]  # each goes first half the time
             seconds = {id(s): timed(*s) for s in pair}
-            ratios[p].append(seconds[id(fused[p])] / seconds[id(plain[p])])
-    return {"remat_over_jax": {p: statistics.median(v) for p, v in ratios.items()},
+            ratios[p].append(seconds[id(ours[p])] / seconds[id(plain[p])])
+    return {"median": {p: statistics.median(v) for p, v in ratios.items()},
             "range": {p: [min(v), max(v)] for p, v in ratios.items()}, "rounds": rounds}
 
 

@@ -4,7 +4,7 @@
     python benchmarks/planner.py --quick --models mlp  # small sizes, a minute
     python benchmarks/planner.py --plot docs/planner.png --out planner.md
 
-For the residual MLP (64 layers) and the GPT-style model (8 blocks), on NumPy and XLA staged: the
+For the residual MLP (64 layers) and the GPT-style model (8 blocks), on NumPy and XLA: the
 hand-placed plans (none, per layer, √L, dots_saveable) and the planner at budgets of 15%–90% of
 the activation memory. Per plan: the budget, the planner's predicted peak, the measured peak, the
 step-time ratio to no checkpoint, the FLOPs ratio and whether the gradients equal the unplanned

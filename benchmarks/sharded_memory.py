@@ -1,22 +1,18 @@
 """Per-device memory of the GPT-style training step (gradients of `models.gpt_loss`), on one device
-and data parallel over 8, under each checkpoint plan (XLA staged, so checkpoints keep their
-promise on the CPU).
+and data parallel over 8, under each checkpoint plan (one executable; on the CPU its backward
+blocks are conditionals, so checkpoints keep their promise).
 
     python benchmarks/sharded_memory.py [--json]
 
 Runs on 8 simulated CPU devices (XLA_FLAGS is set here before JAX starts). How it is measured,
-on device 0 (data parallelism makes every device alike):
+per device (data parallelism makes every device alike):
 
-- **held**: before each stage runs, the bytes on device 0 of every live JAX array
-  (`jax.live_arrays()`, each array's shard there, each buffer once), less those live before the arguments were
-  made: the arguments (parameters, the device's part of the batch) and the values the run
-  keeps for later stages (activations, residuals, gradients so far).
-- **peak**: the largest, over the stages, of held + the stage's temporary buffers
-  (`memory_analysis().temp_size_in_bytes`: per device for a partitioned executable) + its
-  outputs (their shards on device 0) - the inputs it donates (their buffers become outputs).
-- **params + grads**: the bytes of the parameters and of their gradients (replicated: each
-  device holds them whole; the test checks the gradients' shards are the whole arrays).
-- **activations** (one device): peak - params - grads: the batch, activations and temporaries.
+- **peak**: the parameters (replicated: every device holds them whole) and what the step's
+  executable holds beyond its arguments, by XLA's own buffer report (`Compiled.last_memory`:
+  temporaries + outputs, per device for a partitioned executable).
+- **params + grads**: the bytes of the parameters and of their gradients (replicated too; the
+  test checks the gradients' shards are the whole arrays).
+- **activations** (one device): peak - params - grads: the batch's activations and temporaries.
 
 The bound of issue 16: peak on each of 8 devices <= activations / 8 + params + grads, + 10%.
 """
@@ -29,7 +25,6 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
 import argparse  # noqa: E402 (JAX reads XLA_FLAGS when it starts)
-import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 
@@ -47,40 +42,6 @@ DEVICES = 8
 PLANS = ("none", "layer", "sqrt", "dots")
 
 
-def on_device(device) -> int:
-    """Bytes of the buffers on `device` of every live JAX array, each buffer once: a sharded
-    array's shards are themselves live arrays (`jax.live_arrays()` lists both once they have been
-    looked at), over the same buffers."""
-    buffers = {}
-    for a in jax.live_arrays():
-        for shard in a.addressable_shards:
-            if shard.device == device:
-                buffers[shard.data.unsafe_buffer_pointer()] = math.prod(shard.data.shape) * a.dtype.itemsize
-    return sum(buffers.values())
-
-
-def watch(compiled, device) -> list[int]:
-    """Make each stage of `compiled` (an `rm.jit(...).lower(...).compile()`) record, when it runs,
-    what device 0 holds at its highest (see the module docstring); returns the list it fills."""
-    highs: list[int] = []
-    runner = compiled._run
-    steps = []
-    for stage, executable in runner._steps:
-        temp = int(executable.memory_analysis().temp_size_in_bytes)
-
-        def call(*xs, executable=executable, stage=stage, temp=temp):
-            gc.collect()
-            held = on_device(device)
-            donated = sum(_shard_bytes(xs[k], device) for k in stage.donate)
-            outs = executable(*xs)
-            highs.append(held + temp + sum(_shard_bytes(o, device) for o in outs) - donated)
-            return outs
-
-        steps.append((stage, call))
-    runner._steps = steps
-    return highs
-
-
 def _shard_bytes(a, device) -> int:
     return sum(math.prod(s.data.shape) * a.dtype.itemsize for s in a.addressable_shards if s.device == device)
 
@@ -89,28 +50,24 @@ def measure(plan: str, setup: parallel.Setup | None) -> dict:
     """One gradient step of `plan`, on one device (`setup` None) or laid out by `setup`."""
     params, data = inputs(CONFIG)
     device = jax.devices()[0]
-    gc.collect()
-    before = on_device(device)
     if setup is None:
         params, data = jax.device_put((params, data), device)
-        step = rm.jit(rm.grad(models.gpt_loss), backend="xla", static_argnums=(2, 3), staged=True)
+        step = rm.jit(rm.grad(models.gpt_loss), backend="xla", static_argnums=(2, 3))
         args = (params, data, plan, CONFIG.heads)
     else:
         shardings = (setup.param_shardings(params), setup.batch_shardings())
         params, data = jax.device_put((params, data), shardings)
-        step = rm.jit(rm.grad(setup.loss), backend="xla", static_argnums=(2,), staged=True,
-                      in_shardings=shardings, out_shardings=shardings[0])
+        step = rm.jit(rm.grad(setup.loss), backend="xla", static_argnums=(2,), in_shardings=shardings,
+                      out_shardings=shardings[0])
         args = (params, data, plan)
     compiled = step.lower(*args).compile()
-    highs = watch(compiled, device)
     dynamic = [a for a in args if not isinstance(a, (str, int))]
     grads = compiled(*dynamic)
     leaves = [rm.asarray(g)._value for g in rm.tree.flatten(grads)[0]]
     nbytes = sum(a.nbytes for a in jax.tree.leaves(params))
     return {
-        "peak": max(highs) - before, "params": nbytes, "grads": sum(g.nbytes for g in leaves),
+        "peak": compiled.last_memory.peak, "params": nbytes, "grads": sum(g.nbytes for g in leaves),
         "grads_whole_on_each_device": all(_shard_bytes(g, device) == g.nbytes for g in leaves),
-        "stages": len(highs),
     }
 
 
@@ -123,10 +80,11 @@ def table(plans=PLANS) -> list[dict]:
     for plan in plans:
         one, many = measure(plan, None), measure(plan, data_parallel_setup())
         fixed = one["params"] + one["grads"]
-        activations = one["peak"] - fixed
+        activations = one["peak"] + one["params"] - fixed
         bound = activations / DEVICES + fixed
-        rows.append({"plan": plan, "one_peak": one["peak"], "activations": activations, "fixed": fixed,
-                     "dp_peak": many["peak"], "dp_activations": many["peak"] - fixed, "bound": bound,
+        rows.append({"plan": plan, "one_peak": one["peak"] + one["params"], "activations": activations, "fixed": fixed,
+                     "dp_peak": many["peak"] + one["params"], "dp_activations": many["peak"] + one["params"] - fixed,
+                     "bound": bound,
                      "grads_whole_on_each_device": many["grads_whole_on_each_device"]})
     none = rows[0]
     for r in rows:
@@ -142,7 +100,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = table(args.plans.split(","))
     mib = 2.0**20
-    print(f"{CONFIG.describe()}; gradient step, XLA staged; data parallel over {DEVICES} CPU devices")
+    print(f"{CONFIG.describe()}; gradient step, XLA; data parallel over {DEVICES} CPU devices")
     print(f"params + grads: {rows[0]['fixed'] / mib:.2f} MiB (replicated)")
     print(f"{'plan':<14} {'1 device':>9} {'activ.':>9} {'8 dev. peak':>11} {'bound':>9} {'peak/bound':>10} "
           f"{'activ. vs none: 1 dev.':>22} {'8 dev.':>7}")

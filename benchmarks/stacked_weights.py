@@ -1,7 +1,7 @@
 """Stacked weights against a list of weights on XLA: two ratios, never times alone.
 
 The model is the residual MLP of `remat.models` (L layers of `h + tanh(h @ w + b)`, loss
-`mean(h * h)`), its step `rm.jit(rm.value_and_grad(loss), backend="xla")` (staged on the CPU),
+`mean(h * h)`), its step `rm.jit(rm.value_and_grad(loss), backend="xla")` (one executable),
 written twice with the same values:
 
 - list:    `params = [(w, b)] * L`, layer i reads `params[i]`;

@@ -1,7 +1,7 @@
 """Train the GPT-style model on 8 devices with AdamW, data parallel or data + tensor parallel
 (`remat.parallel`), checkpointed, and compare every step with the same training on one device.
 
-    python examples/sharded_gpt.py [--setup dp|tp] [--plan layer] [--steps 30] [--fused]
+    python examples/sharded_gpt.py [--setup dp|tp] [--plan layer] [--steps 30]
 
 Without a machine of 8 accelerators, XLA simulates 8 CPU devices
 (`XLA_FLAGS=--xla_force_host_platform_device_count=8`, set here before JAX starts). `dp` splits
@@ -47,7 +47,7 @@ def optimizer():
     return rm.optim.adamw(3e-3, weight_decay=0.01)
 
 
-def sharded_training(setup: parallel.Setup, plan: str, staged: bool, data) -> tuple[list[float], dict]:
+def sharded_training(setup: parallel.Setup, plan: str, data) -> tuple[list[float], dict]:
     """The loss at every step and the final parameters (in `models.gpt_loss`'s layout)."""
     opt = optimizer()
     params = setup.layout(inputs(CONFIG)[0])
@@ -61,7 +61,7 @@ def sharded_training(setup: parallel.Setup, plan: str, staged: bool, data) -> tu
         params, state = opt.update(grads, state, params)
         return params, state, loss
 
-    step = rm.jit(step, backend="xla", staged=staged, in_shardings=(param_sh, state_sh, setup.batch_shardings()),
+    step = rm.jit(step, backend="xla", in_shardings=(param_sh, state_sh, setup.batch_shardings()),
                   out_shardings=(param_sh, state_sh, setup.sharding()))
     losses = []
     for batch in data:
@@ -70,7 +70,7 @@ def sharded_training(setup: parallel.Setup, plan: str, staged: bool, data) -> tu
     return losses, setup.standard(rm.tree.map(np.asarray, params))
 
 
-def one_device_training(plan: str, staged: bool, data) -> tuple[list[float], dict]:
+def one_device_training(plan: str, data) -> tuple[list[float], dict]:
     opt = optimizer()
 
     def step(params, state, batch):
@@ -78,7 +78,7 @@ def one_device_training(plan: str, staged: bool, data) -> tuple[list[float], dic
         params, state = opt.update(grads, state, params)
         return params, state, loss
 
-    step = rm.jit(step, backend="xla", staged=staged)
+    step = rm.jit(step, backend="xla")
     params = inputs(CONFIG)[0]
     state = opt.init(params)
     losses = []
@@ -93,15 +93,12 @@ def main() -> None:
     parser.add_argument("--setup", default="tp", choices=["dp", "tp"])
     parser.add_argument("--plan", default="layer", help="checkpoint plan: none, layer, sqrt, dots")
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--fused", action="store_true", help="one executable instead of staged")
     args = parser.parse_args()
     setup = make_setup(args.setup)
-    staged = not args.fused
     data = batches(args.steps, CONFIG)
-    sharded, params = sharded_training(setup, args.plan, staged, data)
-    single, reference = one_device_training(args.plan, staged, data)
-    print(f"{setup.name} on {setup.mesh.devices.size} devices, mesh {dict(setup.mesh.shape)}, "
-          f"plan {args.plan!r}, {'staged' if staged else 'fused'}")
+    sharded, params = sharded_training(setup, args.plan, data)
+    single, reference = one_device_training(args.plan, data)
+    print(f"{setup.name} on {setup.mesh.devices.size} devices, mesh {dict(setup.mesh.shape)}, plan {args.plan!r}")
     print(f"{'step':>6} {'sharded':>10} {'1 device':>10}")
     for i in sorted({0, *range(9, args.steps, 10), args.steps - 1}):
         print(f"{i + 1:>6} {sharded[i]:>10.4f} {single[i]:>10.4f}")

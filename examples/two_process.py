@@ -1,7 +1,7 @@
 """Two processes on this machine, joined by `jax.distributed`, run one data-parallel training step
 of the GPT-style model (checkpointed per block) and agree with one process.
 
-    python examples/two_process.py [--plan layer] [--fused] [--timeout 240]
+    python examples/two_process.py [--plan layer] [--timeout 240]
 
 The launcher (this script without `--worker`) picks a free port, starts two workers and, while
 they run, computes the same step in a single process on one device. Each worker joins the other
@@ -35,18 +35,18 @@ CONFIG = GPT(layers=2, d_model=32, heads=4, seq=16, batch=8, vocab=64)
 PROCESSES = 2
 
 
-def single_process(plan: str, staged: bool) -> tuple[float, list[np.ndarray]]:
+def single_process(plan: str) -> tuple[float, list[np.ndarray]]:
     """The reference: the same step on one device, no sharding."""
     import remat as rm
     from remat import models
 
     params, data = inputs(CONFIG)
-    step = rm.jit(rm.value_and_grad(models.gpt_loss), backend="xla", static_argnums=(2, 3), staged=staged)
+    step = rm.jit(rm.value_and_grad(models.gpt_loss), backend="xla", static_argnums=(2, 3))
     loss, grads = step(params, data, plan, CONFIG.heads)
     return float(loss), [np.asarray(g) for g in rm.tree.flatten(grads)[0]]
 
 
-def worker(rank: int, port: int, plan: str, staged: bool, timeout: int, out: Path) -> None:
+def worker(rank: int, port: int, plan: str, timeout: int, out: Path) -> None:
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -65,7 +65,7 @@ def worker(rank: int, port: int, plan: str, staged: bool, timeout: int, out: Pat
                  for s, a in zip(setup.batch_shardings(), (tokens, targets)))
     param_shardings = setup.param_shardings(params)
     params = jax.tree.map(lambda a, s: jax.make_array_from_process_local_data(s, a, a.shape), params, param_shardings)
-    step = rm.jit(rm.value_and_grad(setup.loss), backend="xla", static_argnums=(2,), staged=staged,
+    step = rm.jit(rm.value_and_grad(setup.loss), backend="xla", static_argnums=(2,),
                   in_shardings=(param_shardings, setup.batch_shardings()),
                   out_shardings=(setup.sharding(), param_shardings))
     loss, grads = step(params, data, plan)
@@ -81,7 +81,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(plan: str, staged: bool, timeout: int) -> dict:
+def launch(plan: str, timeout: int) -> dict:
     """Run both workers and the single-process reference; the largest differences."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,10 +89,10 @@ def launch(plan: str, staged: bool, timeout: int) -> dict:
         env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}  # one CPU device per process
         workers = [subprocess.Popen(
             [sys.executable, __file__, "--worker", str(r), "--port", str(port), "--plan", plan,
-             "--timeout", str(timeout), "--out", str(outs[r]), *([] if staged else ["--fused"])],
+             "--timeout", str(timeout), "--out", str(outs[r])],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(PROCESSES)]
         try:
-            reference = single_process(plan, staged)
+            reference = single_process(plan)
             logs = wait_all(workers, time.monotonic() + timeout)
         finally:
             for w in workers:
@@ -146,18 +146,16 @@ def compare(reference, results) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", default="layer", help="checkpoint plan: none, layer, sqrt, dots")
-    parser.add_argument("--fused", action="store_true", help="one executable instead of staged")
     parser.add_argument("--timeout", type=int, default=240, help="seconds before the workers are killed")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
-        worker(args.worker, args.port, args.plan, not args.fused, args.timeout, args.out)
+        worker(args.worker, args.port, args.plan, args.timeout, args.out)
         return
-    r = launch(args.plan, not args.fused, args.timeout)
-    print(f"{PROCESSES} processes x 1 CPU device, data parallel, plan {args.plan!r}, "
-          f"{'fused' if args.fused else 'staged'}")
+    r = launch(args.plan, args.timeout)
+    print(f"{PROCESSES} processes x 1 CPU device, data parallel, plan {args.plan!r}")
     print("devices seen by each process (local, global): " + ", ".join(map(str, r["devices"])))
     print(f"loss (one process): {r['loss']:.6f}")
     print(f"largest loss difference: {r['loss_diff']:.3g}")

@@ -77,8 +77,6 @@ CASES: list[Case] = [
          (r"^jit:", r"static_argnames", r"'z'", r"parameters: x, y")),
     Case("api-jit-static-argnames-int", lambda: rm.jit(dot, static_argnames=1), rm.ArgumentTypeError,
          (r"^jit:", r"static_argnames", r"got 1")),
-    Case("api-jit-staged-str", lambda: rm.jit(dot, backend="xla", staged="no"), rm.ArgumentTypeError,
-         (r"^jit:", r"staged", r"'no'")),
     Case("api-jit-unknown-backend", lambda: rm.jit(dot, backend="tpu9"), rm.ArgumentValueError,
          (r"^jit:", r"backend 'tpu9'", r"numpy, xla")),
     Case("api-jit-unhashable-static-list", lambda: rm.jit(lambda x, n: x, static_argnums=1)(X, [1, 2]),

@@ -22,6 +22,7 @@ Agreement is then expected to float64 rounding: RTOL and ATOL below.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -149,7 +150,7 @@ class Program:
     argnums: int | tuple[int, ...]
     in_axes: tuple | None  # vmap over the whole program: per-example losses and gradients
     directions: list[np.ndarray] | None  # second order: grad of <grad, directions>
-    staged: bool  # the XLA execution mode
+    branches: bool  # XLA's lowering of backward blocks: conditionals (the CPU's) or inline (accelerators')
     features: frozenset[str]
 
     @property
@@ -168,7 +169,7 @@ class Program:
     def script(self) -> str:
         """A standalone remat script: the inputs, the loss and the calls the checker makes."""
         head = [f"# remat fuzz program, seed {self.seed} ({', '.join(sorted(self.features))})",
-                "import functools", "", "import numpy as np", "", "import remat as rm", ""]
+                "import functools", "import unittest.mock", "", "import numpy as np", "", "import remat as rm", ""]
         inputs = [f"{n} = {_const(x)}" for n, x in zip(self.input_names, self.inputs)]
         args = ", ".join(self.input_names)
         f = f"rm.value_and_grad(loss, {self.argnums!r})"
@@ -186,8 +187,10 @@ class Program:
         return "\n".join(head + inputs + ["", self.source("remat")] + calls) + "\n"
 
     def _calls(self, f: str, args: str) -> list[str]:
-        return [f"print({f}({args}))  # eager", f"print(rm.jit({f}, backend='numpy')({args}))",
-                f"print(rm.jit({f}, backend='xla', staged={self.staged})({args}))"]
+        on_xla = f"print(rm.jit({f}, backend='xla')({args}))"
+        if not self.branches:  # backward blocks inline, as on accelerators
+            on_xla = f"with unittest.mock.patch('remat.backends.xla.default_branches', lambda: False):\n    {on_xla}"
+        return [f"print({f}({args}))  # eager", f"print(rm.jit({f}, backend='numpy')({args}))", on_xla]
 
 
 def _render_stmts(stmts: list, lang: str, indent: str) -> list[str]:
@@ -1088,10 +1091,10 @@ def generate(seed: int) -> Program:
     in_axes = tuple(g.in_axes) if g.per_example else None
     if in_axes:
         g.features.add("vmap over the program")
-    staged = seed % 2 == 0
-    g.features.add("xla staged" if staged else "xla fused")
+    branches = seed % 2 == 0
+    g.features.add("xla branches" if branches else "xla inline")
     return Program(seed, [v.name for v in g.inputs], g.arrays, body, weights, argnums, in_axes, directions,
-                   staged, frozenset(g.features))
+                   branches, frozenset(g.features))
 
 
 # ---------------------------------------------------------------- running both renderings
@@ -1179,8 +1182,21 @@ def remat_results(program: Program, mode: str) -> dict[str, np.ndarray]:
         out = _flatten(everything(*xs), program.diff)
         out["eager forward"] = np.asarray(loss(*xs))
         return out
-    options = {"staged": program.staged} if mode == "xla" else {}
-    return _flatten(rm.jit(everything, backend=mode, **options)(*xs), program.diff)
+    with _lowering(program.branches) if mode == "xla" else contextlib.nullcontext():
+        return _flatten(rm.jit(everything, backend=mode)(*xs), program.diff)
+
+
+@contextlib.contextmanager
+def _lowering(branches: bool):
+    """XLA's lowering of backward blocks as the program asks, whatever this machine's default."""
+    from remat.backends import xla
+
+    default = xla.default_branches
+    xla.default_branches = lambda: branches
+    try:
+        yield
+    finally:
+        xla.default_branches = default
 
 
 @dataclasses.dataclass

@@ -5,6 +5,7 @@ the test file asserts on them. Run it by hand with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -17,6 +18,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import remat as rm
+from remat import parallel
+from remat.backends import xla
 from remat.models import residual_mlp_loss, residual_mlp_params, scanned_mlp_loss, stack_params
 
 # Set by `run`, in the subprocess: this module is also imported where there is one device (pytest
@@ -62,22 +65,18 @@ def grad_step(plan: str):
     return rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, plan))
 
 
-def record_stages(compiled):
-    """Wrap a compiled staged program's executables so each call records the shardings of the
-    arrays it is given and returns: [(input specs, output specs, output shapes)] per stage."""
-    runner = compiled._run
-    seen = []
+@contextlib.contextmanager
+def lowering(branches: bool):
+    """XLA's lowering of backward blocks: conditionals (the CPU's) or inline (accelerators')."""
+    default = xla.default_branches
+    xla.default_branches = lambda: branches
+    try:
+        yield
+    finally:
+        xla.default_branches = default
 
-    def recording(executable):
-        def run(*xs):
-            outs = executable(*xs)
-            seen.append(([str(x.sharding.spec) for x in xs], [str(o.sharding.spec) for o in outs],
-                         [list(o.shape) for o in outs]))
-            return outs
-        return run
 
-    runner._steps = [(s, recording(e)) for s, e in runner._steps]
-    return seen
+LOWERINGS = {"branches": True, "inline": False}
 
 
 @check
@@ -117,21 +116,22 @@ def bare_specs_on_the_set_mesh():
 @check
 def gradients_equal_one_device():
     """A checkpointed residual MLP, batch split over 'data', weights replicated: value and
-    gradients equal the single-device ones, fused and staged, for every checkpoint plan."""
+    gradients equal the single-device ones, backward blocks as conditionals and inline, for
+    every checkpoint plan."""
     out = {}
     for plan in ("none", "layer", "sqrt", 2):
         ref = rm.jit(grad_step(plan), backend="xla")(PARAMS, X)
-        for staged in (False, True):
-            step = rm.jit(grad_step(plan), backend="xla", staged=staged, in_shardings=(None, BATCH))
-            got = step(PARAMS, X)
-            out[f"{plan}-{'staged' if staged else 'fused'}"] = gap(got, ref)
+        for name, branches in LOWERINGS.items():
+            with lowering(branches):
+                got = rm.jit(grad_step(plan), backend="xla", in_shardings=(None, BATCH))(PARAMS, X)
+            out[f"{plan}-{name}"] = gap(got, ref)
     return out
 
 
 @check
 def tensor_parallel_gradients_equal_one_device():
     """Weights split over 'model' (columns), the batch over 'data', with an rm.shard inside the
-    checkpointed layers: the gradient equals one device's, fused and staged."""
+    checkpointed layers: the gradient equals one device's, with either lowering."""
     cols = NamedSharding(MESH, P(None, "model"))
 
     def loss(params, x):
@@ -146,43 +146,38 @@ def tensor_parallel_gradients_equal_one_device():
     ref = rm.jit(rm.grad(loss))(PARAMS, X)  # NumPy: rm.shard is a no-op there, bare specs need no mesh
     shardings = ([(cols, NamedSharding(MESH, P("model")))] * L, BATCH)
     out = {}
-    for staged in (False, True):
-        got = rm.jit(rm.grad(loss), backend="xla", staged=staged, in_shardings=shardings)(PARAMS, X)
-        out["staged" if staged else "fused"] = gap(got, ref)
-        out["w-spec-" + ("staged" if staged else "fused")] = spec(got[0][0])
+    for name, branches in LOWERINGS.items():
+        with lowering(branches):
+            got = rm.jit(rm.grad(loss), backend="xla", in_shardings=shardings)(PARAMS, X)
+        out[name], out["w-spec-" + name] = gap(got, ref), spec(got[0][0])
     return out
 
 
 @check
-def staged_values_stay_sharded():
-    """Between stages every batch-shaped value (activations, their cotangents) is split over
-    'data': no stage gathers them; only the weights' gradients are replicated."""
-    step = rm.jit(grad_step("layer"), backend="xla", staged=True, in_shardings=(None, BATCH))
-    compiled = step.lower(PARAMS, X).compile()
-    seen = record_stages(compiled)
-    compiled(PARAMS, X)
-    batch_values = [(i, o) for ins, outs, shapes in seen for i, (o, s) in enumerate(zip(outs, shapes))
-                    if s[:1] == [B]]
-    replicated = [o for _, o in batch_values if "data" not in o]
-    one_device = rm.jit(grad_step("layer"), backend="xla", staged=True).lower(PARAMS, X).compile()
-    return {"stages": len(seen), "batch_values": len(batch_values), "replicated_batch_values": replicated,
-            "executables": [compiled._run.executables, one_device._run.executables],
-            "first_stage_inputs": seen[0][0], "stage_arguments_sharded": sum("data" in s for ins, _, _ in seen
-                                                                            for s in ins)}
+def the_step_is_one_executable_that_gathers_nothing():
+    """A data-parallel step checkpointed per layer: one executable, taking the batch split over
+    'data', whose only collectives sum the weights' gradients (nothing batch-shaped is gathered)."""
+    step = rm.jit(grad_step("layer"), backend="xla", in_shardings=(None, BATCH))
+    (executable,) = parallel.executables(step, PARAMS, X)
+    text = executable.as_text()
+    return {"x_spec": str(executable.input_shardings[0][-1].spec),
+            "all_gathers": parallel.count_collectives(text)["all-gather"],
+            "all_reduces": parallel.count_collectives(text)["all-reduce"],
+            "conditionals": text.count(" conditional(")}
 
 
 @check
-def stage_memory_is_per_device():
-    """`last_memory` of a sharded staged run counts one device's bytes: the batch-shaped values
-    a quarter (split over 'data', 4 ways), the replicated weights and gradients whole."""
+def memory_is_per_device():
+    """`last_memory` of a sharded run counts one device's bytes: the batch-shaped values a
+    quarter (split over 'data', 4 ways), the replicated weights' gradients whole."""
     x = np.random.default_rng(1).standard_normal((256, D)).astype(np.float32)
     out = {}
     for name, shardings in (("one", None), ("data", (None, BATCH))):
-        step = rm.jit(grad_step("layer"), backend="xla", staged=True, in_shardings=shardings)
+        step = rm.jit(grad_step("layer"), backend="xla", in_shardings=shardings)
         compiled = step.lower(PARAMS, x).compile()
         compiled(PARAMS, x)
         m = compiled.last_memory
-        out[name] = {"live": m.live, "high": m.high, "temp": m.temp, "peak": m.peak}
+        out[name] = {"temp": m.temp, "outputs": m.outputs, "peak": m.peak}
     out["params_bytes"] = sum(np.asarray(a).nbytes for a in jax.tree.leaves(PARAMS))
     out["batch_bytes"] = x.nbytes
     return out
@@ -194,7 +189,7 @@ def shard_in_graph_and_hlo():
         return rm.sum(rm.shard(rm.tanh(x), P("data", None)))
 
     graph = str(rm.make_graph(f)(X))
-    jitted = rm.jit(rm.grad(f), backend="xla", staged=False)
+    jitted = rm.jit(rm.grad(f), backend="xla")
     with jax.set_mesh(MESH):
         text = jitted.lower(X).as_text()
     return {"graph": graph, "constraints": len(re.findall(r"sharding_constraint|@Sharding", text)),
@@ -204,8 +199,8 @@ def shard_in_graph_and_hlo():
 @check
 def collectives_are_no_more_than_jax():
     """The data-parallel gradient all-reduces, as jax.jit of the same model does, no more."""
-    step = rm.jit(grad_step("none"), backend="xla", staged=False, in_shardings=(None, BATCH))
-    ours = step.lower(PARAMS, X).compile()._run._steps[0][1].as_text()
+    step = rm.jit(grad_step("none"), backend="xla", in_shardings=(None, BATCH))
+    (ours,) = [e.as_text() for e in parallel.executables(step, PARAMS, X)]
 
     def jloss(params, x):
         h = x
@@ -224,10 +219,11 @@ def loops_take_sharded_inputs():
     stacked = stack_params(PARAMS)
     ref = rm.jit(rm.grad(lambda s, x: scanned_mlp_loss(s, x, "step")), backend="xla")(stacked, X)
     out = {}
-    for staged in (False, True):
-        step = rm.jit(rm.grad(lambda s, x: scanned_mlp_loss(s, x, "step")), backend="xla", staged=staged,
-                      in_shardings=(None, BATCH))
-        out["staged" if staged else "fused"] = gap(step(stacked, X), ref)
+    for name, branches in LOWERINGS.items():
+        with lowering(branches):
+            step = rm.jit(rm.grad(lambda s, x: scanned_mlp_loss(s, x, "step")), backend="xla",
+                          in_shardings=(None, BATCH))
+            out[name] = gap(step(stacked, X), ref)
 
     def halve_until_small(x):
         return rm.while_loop(lambda c: rm.max(rm.abs(c)) > 0.1, lambda c: rm.shard(c * 0.5, P("data")), x)

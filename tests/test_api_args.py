@@ -161,7 +161,6 @@ def test_unhashable_static_argument_names_it_and_suggests_a_tuple():
     ({"static_argnums": (1, 1)}, rm.ArgumentValueError, r"static_argnums=\(1, 1\) names argument 1 more than once"),
     ({"static_argnames": "m"}, rm.ArgumentValueError, r"static_argnames names 'm', which is not a parameter .* x, n"),
     ({"static_argnames": 3}, rm.ArgumentTypeError, r"static_argnames must be a str or a tuple of str, got 3"),
-    ({"staged": "no"}, rm.ArgumentTypeError, r"jit: staged must be True, False or None .* got 'no'"),
     ({"backend": "tpu9"}, rm.ArgumentValueError, r"jit: unknown backend 'tpu9'; known backends: numpy, xla"),
 ])
 def test_jit_options_are_checked_at_creation(kwargs, error, says):

@@ -8,7 +8,6 @@ import re
 
 import numpy as np
 import pytest
-from matplotlib.patches import StepPatch
 
 import remat as rm
 from remat import demo, memory, timeline
@@ -19,11 +18,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def plotted(ax) -> list[float]:
-    """Every memory figure drawn in a panel, in MiB: lines and fills in data coordinates and the
-    stage staircase (not the phase marks, which span the axes)."""
+    """Every memory figure drawn in a panel, in MiB: lines and fills in data coordinates (not the
+    phase marks, which span the axes)."""
     ys = [y for line in ax.lines if line.get_transform() is ax.transData for y in line.get_ydata()]
     ys += [y for c in ax.collections for path in c.get_paths() for y in path.vertices[:, 1]]
-    ys += [y for patch in ax.patches if isinstance(patch, StepPatch) for y in patch.get_data().values]
     return ys
 
 
@@ -96,48 +94,29 @@ def test_prediction_counts_neither_arguments_nor_constants():
 # ---------------------------------------------------------------- the XLA profile
 
 
-def test_xla_profile_is_node_by_node_inside_each_measured_stage():
+def test_xla_profile_is_node_by_node_under_the_executables_report():
     params, x = mlp()
-    report = rm.memory.profile(lambda p: residual_mlp_loss(p, x, "layer"), params, backend="xla", staged=True)
-    stages = report.stages
-    assert len(stages) == 5  # the forward pass, then a stage per layer's backward (cut at its barrier)
-    assert [s.start for s in stages] == [0] + [s.stop for s in stages[:-1]]
-    assert stages[-1].stop == len(report.timeline)
-    assert all(s.stop - s.start > 1 for s in stages)
-    assert all(s.temp > 0 and s.high >= s.live for s in stages)
-    assert report.peak_bytes == max(s.high for s in stages)
-    for s in stages:
-        inside = report.timeline[s.start : s.stop]
-        assert max(e.high for e in inside) <= s.high
-        assert inside[-1].live == s.live  # the prediction meets the measured arrays at the stage's end
+    report = rm.memory.profile(lambda p: residual_mlp_loss(p, x, "layer"), params, backend="xla")
+    measured = report.xla
+    assert measured.temp > 0 and measured.outputs > 0 and report.peak_bytes == measured.high
+    assert len(report.timeline) > 50 and max(e.high for e in report.timeline) <= measured.high
     b = report.backward_start
-    assert 0 < b < stages[0].stop  # the loss's gradient starts in the forward pass's stage
+    ramp = [e.live for e in report.timeline[:b]]
+    assert ramp[-1] > 3 * ramp[0]  # the forward pass keeps each layer's input
     assert report.predicted and not rm.memory.profile(lambda p: residual_mlp_loss(p, x, "layer"), params).predicted
-    assert str(report).startswith("Profile(xla (staged): peak") and "in 5 stages" in str(report)
+    assert str(report).startswith("Profile(xla: peak") and f"backward from node {b}" in str(report)
 
 
-def test_prediction_never_goes_above_what_its_stage_was_measured_to_hold():
+def test_prediction_never_goes_above_what_the_executable_was_measured_to_hold():
     # The evaluator builds the 512 x 512 sum before exp; XLA fuses both into the reduction.
     def f(x):
         return rm.sum(rm.exp(rm.reshape(x, (-1, 1)) + rm.reshape(x, (1, -1))))
 
     x = rm.ones((512,))
-    report = rm.memory.profile(f, x, backend="xla", grad=False, staged=False)
-    (stage,) = report.stages
+    report = rm.memory.profile(f, x, backend="xla", grad=False)
     assert max(p.high for p in timeline.predict(rm.make_graph(f)(x))) == 512 * 512 * 4 + 4  # and the sum
-    assert stage.high < 1024 and report.peak_bytes == stage.high
-    assert max(e.high for e in report.timeline) == stage.high
-    assert report.timeline[-1].live == stage.live == 4
-
-
-def test_fused_xla_profile_is_one_stage_with_a_curve():
-    params, x = mlp()
-    report = rm.memory.profile(lambda p: residual_mlp_loss(p, x, "none"), params, backend="xla", staged=False)
-    (stage,) = report.stages
-    assert (stage.start, stage.stop) == (0, len(report.timeline)) and stage.stop > 50
-    ramp = [e.live for e in report.timeline[: report.backward_start]]
-    assert ramp[-1] > 5 * ramp[0]
-    assert "in 1 stage," in str(report)
+    assert report.xla.high < 1024 and report.peak_bytes == report.xla.high
+    assert max(e.high for e in report.timeline) == report.xla.high
 
 
 # ---------------------------------------------------------------- the demo's picture
@@ -163,18 +142,16 @@ def demo_run(tmp_path_factory):
 
 
 @pytest.mark.claims
-def test_demo_picture_has_a_curve_per_panel_with_many_points_per_stage(demo_run):
+def test_demo_picture_has_a_curve_per_panel_under_the_measured_figure(demo_run):
     _, path, profiles, fig = demo_run
     assert path.read_bytes()[:8] == PNG_MAGIC
     assert list(profiles) == ["none", "per layer", "√L", "dots_saveable"]
     for name, prof in profiles.items():
-        assert prof.stages, name
-        assert all(s.stop - s.start > 1 for s in prof.stages), name
+        assert prof.xla is not None and len(prof.timeline) > 100, name
         b = prof.backward_start
         live = [e.live for e in prof.timeline]
         assert live[b - 1] > 2 * live[0], name  # the forward ramp
         assert live[-1] < 0.6 * max(live[b:]), name  # the backward descent
-    assert len(profiles["none"].stages) == 1 and len(profiles["none"].timeline) > 100
 
 
 @pytest.mark.claims
@@ -192,12 +169,11 @@ def test_demo_plotted_peak_is_the_printed_peak(demo_run):
 @pytest.mark.claims
 def test_demo_says_which_figures_are_measured_and_which_predicted(demo_run):
     out, _, _, fig = demo_run
-    assert re.search(r"peak: measured, .*stage.*temporary buffers", out)
+    assert re.search(r"peak: measured, .*XLA's buffer report.*temporary buffers", out)
     assert "predicted" in out and "memory timeline:" in out
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert any(t.startswith("live after each node: predicted") for t in legend)
-    assert any(t.startswith("held while each XLA stage runs: measured") for t in legend)
-    assert any(t.startswith("live arrays after each XLA stage: measured") for t in legend)
+    assert any(t.startswith("held while the step runs: measured, XLA's buffer report") for t in legend)
     assert fig.axes[-1].get_xlabel().startswith("node of the step")
 
 

@@ -74,7 +74,7 @@ REQUIRED = {
     "checkpoint inside checkpoint", "checkpoint inside vmap", "vmap inside checkpoint",
     "checkpoint inside custom_vjp", "block returns an input or a capture",
     "policy none", "policy nothing", "policy everything", "policy dots", "policy only", "policy but",
-    "xla staged", "xla fused",
+    "xla branches", "xla inline",
 }
 
 

@@ -484,8 +484,8 @@ def test_xla_lowers_loops_to_while_and_case_in_one_stage(rng):
         return rm.while_loop(lambda v: v < 100.0, lambda v: v * 3.0 + 1.0, rm.stop_gradient(c)) + c
 
     step = rm.value_and_grad(loss)  # the value keeps the while loop, which the gradient ignores
-    text = rm.jit(step, backend="xla", staged=True).lower(rm.asarray(1.0), rm.ones((4,))).as_text()
-    assert "staged: 1 stages" in text
+    text = rm.jit(step, backend="xla").lower(rm.asarray(1.0), rm.ones((4,))).as_text()
+    assert text.count("module @") == 1
     assert text.count("stablehlo.while") == 3 and "stablehlo.case" in text  # forward, backward scan; while
     assert "stablehlo.optimization_barrier" in text
 

@@ -219,19 +219,15 @@ def test_uniform_and_bernoulli_are_bit_identical_across_backends(dtype):
         return (rm.random.uniform(a, (1000, 37), dtype), rm.random.bernoulli(b, 0.3, (513,)),
                 rm.nn.dropout(b, rm.ones((64, 64), dtype), 0.25))
 
-    fused = rm.tree.map(np.asarray, rm.jit(draws, backend="xla", staged=False)(KEY))
-    for ours, theirs, one_program in zip(run("numpy", draws, KEY), run("xla", draws, KEY), fused):
-        assert ours.dtype == theirs.dtype == one_program.dtype
+    for ours, theirs in zip(run("numpy", draws, KEY), run("xla", draws, KEY)):
+        assert ours.dtype == theirs.dtype
         np.testing.assert_array_equal(ours, theirs)
-        np.testing.assert_array_equal(ours, one_program)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_normal_is_bit_identical_across_backends(dtype):
     draw = lambda k: rm.random.normal(k, (5000,), dtype)  # noqa: E731
     np.testing.assert_array_equal(run("xla", draw, KEY), run("numpy", draw, KEY))
-    fused = np.asarray(rm.jit(draw, backend="xla", staged=False)(KEY))
-    np.testing.assert_array_equal(fused, run("numpy", draw, KEY))
 
 
 def test_keys_are_grad_arguments(backend):

@@ -1,7 +1,6 @@
-"""A memory budget on a step jitted for XLA (issue 15) is counted as XLA runs the step: each
-stage compiled and its buffer report added up as a run holds the stages (`xla.StageMemory`), not
-the NumPy evaluator's count, which on XLA can fall below what the run holds. The staged runner
-runs one stage at a time, so a run holds what that count says (measured in
+"""A memory budget on a step jitted for XLA (issue 15) is counted as XLA runs the step: its one
+executable compiled and its buffer report read (`xla.ExecutableMemory`), not the NumPy
+evaluator's count, which on XLA can fall below what the run holds (measured in
 tests/test_planner_memory.py)."""
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import pytest
 jax = pytest.importorskip("jax")
 
 import remat as rm  # noqa: E402
-from remat.backends import xla  # noqa: E402
 from remat.planner import peak as peaks  # noqa: E402
 from remat.planner.solve import collect_reports, plan_step  # noqa: E402
 from remat.planner.target import Target, running_on  # noqa: E402
@@ -39,12 +37,12 @@ def test_a_step_jitted_for_xla_fits_by_xlas_count_where_the_evaluators_plan_does
     fn, args = gpt(3)
     graph, step = _forward(fn, args)
     limit = peaks.base_bytes(graph) + peaks.activation_bytes(graph, step) // 2
-    # Planned by the evaluator's count, the plan fits it but XLA's stages hold more.
+    # Planned by the evaluator's count, the plan fits it but XLA's executable holds more.
     by_evaluator = plan_step(graph, limit, "chain", step)[1]
     assert by_evaluator.predicted_peak <= limit < peaks.base_bytes(graph) + peaks.xla_step_peak(
         graph, by_evaluator.plan, step)
     report, compiled = _jitted(fn, args, limit, "chain")
-    assert report.counted_by == "XLA's buffer report of each stage"
+    assert report.counted_by == "XLA's buffer report of the executable"
     assert report.predicted_peak <= limit
     assert report.plan != by_evaluator.plan
     loss, grads = compiled(*args)
@@ -82,15 +80,15 @@ def test_the_same_graph_is_planned_again_for_another_backend():
     on_numpy = plan_step(graph, 0.6, "chain", step)[1]
     with running_on(Target("xla")):
         on_xla = plan_step(graph, 0.6, "chain", step)[1]
-    assert (on_numpy.counted_by, on_xla.counted_by) == ("the NumPy evaluator", "XLA's buffer report of each stage")
+    assert (on_numpy.counted_by, on_xla.counted_by) == ("the NumPy evaluator", "XLA's buffer report of the executable")
     assert on_xla.unplanned_peak == on_xla.base_bytes + peaks.xla_step_peak(graph, step=step)
 
 
 def test_plan_report_counts_for_the_backend_asked():
     fn, args = mlp(depth=8)
     report = rm.memory.plan_report(fn, *args, memory_budget=0.6, argnums=0, backend="xla")
-    assert report.counted_by == "XLA's buffer report of each stage"
-    assert "counted by XLA's buffer report of each stage" in str(report)
+    assert report.counted_by == "XLA's buffer report of the executable"
+    assert "counted by XLA's buffer report of the executable" in str(report)
     with pytest.raises(ValueError, match="memory.plan_report: unknown backend 'tpu'"):
         rm.memory.plan_report(fn, *args, memory_budget=0.6, backend="tpu")
 
@@ -100,32 +98,11 @@ def test_a_budget_below_xlas_least_names_it_and_that_budget_works():
     fn, args = mlp(depth=8)
     with pytest.raises(ValueError, match=r"memory_budget: 1000 bytes is below the smallest peak this step can "
                                          r"reach, \d+ bytes \(0\.\d+ of its activation memory, with \d+ bytes of "
-                                         r"inputs and constants, counted by XLA's buffer report of each stage\)") as e:
+                                         r"inputs and constants, counted by XLA's buffer report of the "
+                                         r"executable\)") as e:
         _jitted(fn, args, 1000)
     least = int(re.search(r"memory_budget=(\d+)", str(e.value)).group(1))
     report, compiled = _jitted(fn, args, least)
     compiled(*args)
     assert report.predicted_peak <= least
     assert compiled.last_memory.peak + report.base_bytes == report.predicted_peak
-
-
-def test_the_staged_runner_starts_a_stage_only_once_the_one_before_is_done(monkeypatch):
-    # Dispatched early, a stage's buffers would be allocated beside the running one's.
-    fn, args = mlp(depth=8)
-    compiled = rm.jit(rm.value_and_grad(fn, memory_budget=0.6), backend="xla", staged=True).lower(*args).compile()
-    runner = compiled._run
-    assert isinstance(runner, xla.Runner) and len(runner._steps) > 2
-    waited, made, seen = [], [], []
-    real = jax.block_until_ready
-    monkeypatch.setattr(jax, "block_until_ready", lambda x: waited.append(x) or real(x))
-
-    def watched(executable):
-        def run(*xs):
-            seen.append(not made or any(w is made[-1] for w in waited))
-            made.append(executable(*xs))
-            return made[-1]
-        return run
-
-    runner._steps = [(stage, watched(executable)) for stage, executable in runner._steps]
-    compiled(*args)
-    assert seen == [True] * len(runner._steps)

@@ -59,8 +59,7 @@ def test_a_calls_precision_reaches_every_dot(fn, precision, hlo):
     assert lowered_dots(fn, A, B, precision=precision) == [hlo]
 
 
-@pytest.mark.parametrize("staged", [True, False])
-def test_the_precision_reaches_the_dots_of_gradients_checkpoints_and_loops(staged):
+def test_the_precision_reaches_the_dots_of_gradients_checkpoints_and_loops():
     w = rm.asarray(np.eye(4, dtype=np.float32))
 
     def loss(x):
@@ -68,8 +67,8 @@ def test_the_precision_reaches_the_dots_of_gradients_checkpoints_and_loops(stage
         h, _ = rm.scan(lambda c, _: (rm.tanh(c @ w), None), h, None, length=3)
         return rm.sum(rm.vmap(lambda r: r @ w)(h))
 
-    found = lowered_dots(rm.grad(loss), rm.ones((2, 4)), precision="high", staged=staged)
-    assert len(found) >= 5 and set(found) == {"HIGH"}  # 3 forward (some inside others' stages), more backward
+    found = lowered_dots(rm.grad(loss), rm.ones((2, 4)), precision="high")
+    assert len(found) >= 5 and set(found) == {"HIGH"}  # 3 forward, more backward
 
 
 def test_low_precision_operands_take_the_precision_too():
@@ -232,9 +231,11 @@ def test_the_gpu_check_script_runs_and_reports_on_a_tiny_model():
     grads, memory, speed = report["gradients"], report["memory"]["plans"], report["speed"]
     assert grads["ok"] and set(grads["worst_relative_error"]) == {"none", "layer"}
     assert max(grads["worst_relative_error"].values()) < grads["tolerance"] == 1e-4
-    if report["platform"]["backend"] == "cpu":  # exact there at every precision
-        assert grads["default_precision_error"] < 1e-4
-        assert memory["layer"]["remat_staged_peak"] < memory["none"]["remat_staged_peak"]
+    if report["platform"]["backend"] == "cpu":  # exact there at every precision; conditionals save memory
+        assert grads["default_precision_error"] < 1e-4 and report["default_lowering"] == "conditionals"
+        assert memory["layer"]["remat_peak"] < memory["none"]["remat_peak"]
+        assert memory["layer"]["other_lowering_peak"] >= memory["none"]["other_lowering_peak"]  # barriers dropped
     assert all(v > 0 for row in memory.values() for k, v in row.items() if not k.endswith("ratio"))
     assert speed["dot_precisions"] == ["DEFAULT"]  # JAX's default, though the test session sets "highest"
-    assert all(0 < r < 100 for r in speed["remat_over_jax"].values())
+    assert all(0 < r < 100 for r in speed["remat_over_jax"]["median"].values())
+    assert all(0 < r < 100 for r in speed["other_lowering_over_jax"]["median"].values())

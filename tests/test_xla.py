@@ -1,5 +1,6 @@
-"""The XLA backend: its lowering table, fused and staged execution, device arrays, and the memory
-that staging saves where XLA:CPU drops optimization barriers."""
+"""The XLA backend: its lowering table, one executable per step with backward blocks as
+conditionals (the CPU) or inline behind their barriers (accelerators), device arrays, and the
+memory the conditionals save where XLA:CPU drops optimization barriers."""
 
 import json
 import os
@@ -17,15 +18,22 @@ from remat.backends import xla  # noqa: E402
 from remat.ops.core import OPS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODES = pytest.mark.parametrize("staged", [True, False], ids=["staged", "fused"])
+
+
+@pytest.fixture(params=[True, False], ids=["branches", "inline"])
+def branches(request, monkeypatch) -> bool:
+    """Each test taking it runs with backward blocks as conditionals (the CPU's lowering) and
+    inline behind their barriers (the accelerators'), whatever this machine is."""
+    monkeypatch.setattr(xla, "default_branches", lambda: request.param)
+    return request.param
 
 
 def f32(rng, *shape, scale=1.0):
     return rm.asarray(rng.normal(0, scale, shape), "float32")
 
 
-def on(backend, fn, *args, **options):
-    out = rm.jit(fn, backend=backend, **options)(*args)
+def on(backend, fn, *args):
+    out = rm.jit(fn, backend=backend)(*args)
     return rm.tree.map(np.asarray, out)
 
 
@@ -128,11 +136,10 @@ def mlp(rng, depth=6, width=16, batch=8):
 
 
 @pytest.mark.parametrize("seg", [0, 1, 2], ids=["none", "layer", "segments"])
-@MODES
-def test_mlp_gradients_equal_numpy(seg, staged, rng):
+def test_mlp_gradients_equal_numpy(seg, branches, rng):
     params, x = mlp(rng)
     step = rm.value_and_grad(lambda p, x: mlp_loss(p, x, seg))
-    assert_trees_close(on("xla", step, params, x, staged=staged), on("numpy", step, params, x))
+    assert_trees_close(on("xla", step, params, x), on("numpy", step, params, x))
 
 
 def gpt(params, tokens, targets, checkpointed: bool, heads: int = 2):
@@ -167,28 +174,25 @@ def gpt_params(rng, vocab=11, d=8, n=6, depth=2):
     return {"embed": f32(rng, vocab, d), "pos": f32(rng, n, d, scale=0.1), "blocks": [block() for _ in range(depth)]}
 
 
-@pytest.mark.parametrize(("checkpointed", "staged"), [(True, True), (True, False), (False, None)],
-                         ids=["checkpointed-staged", "checkpointed-fused", "plain"])
-def test_gpt_gradients_equal_numpy(checkpointed, staged, rng):
+@pytest.mark.parametrize("checkpointed", [True, False], ids=["checkpointed", "plain"])
+def test_gpt_gradients_equal_numpy(checkpointed, branches, rng):
     params = gpt_params(rng)
     tokens = rm.asarray(rng.integers(0, 11, 6), "int32")
     targets = rm.asarray(rng.integers(0, 11, 6), "int32")
     step = rm.value_and_grad(lambda p, t, y: gpt(p, t, y, checkpointed))
-    assert_trees_close(on("xla", step, params, tokens, targets, staged=staged),
-                       on("numpy", step, params, tokens, targets), rtol=1e-4, atol=1e-5)
+    assert_trees_close(on("xla", step, params, tokens, targets), on("numpy", step, params, tokens, targets),
+                       rtol=1e-4, atol=1e-5)
 
 
-@MODES
-def test_second_order_through_checkpoint(staged, rng):
+def test_second_order_through_checkpoint(branches, rng):
     w = f32(rng, 3, 3)
     g = rm.grad(lambda x: rm.sum(rm.checkpoint(lambda h: rm.sin(h @ w), x * x)))
     gg = lambda x: rm.sum(g(x) * g(x))  # noqa: E731
     x = f32(rng, 2, 3)
-    assert_trees_close(on("xla", rm.grad(gg), x, staged=staged), on("numpy", rm.grad(gg), x), rtol=1e-4)
+    assert_trees_close(on("xla", rm.grad(gg), x), on("numpy", rm.grad(gg), x), rtol=1e-4)
 
 
-@MODES
-def test_policy_residuals(staged, rng):
+def test_policy_residuals(branches, rng):
     w = f32(rng, 4, 4)
 
     def loss(x):
@@ -197,84 +201,92 @@ def test_policy_residuals(staged, rng):
 
     x = f32(rng, 3, 4)
     step = rm.value_and_grad(loss)
-    assert_trees_close(on("xla", step, x, staged=staged), on("numpy", step, x))
+    assert_trees_close(on("xla", step, x), on("numpy", step, x))
 
 
 @pytest.mark.parametrize("fn", [lambda x: x, lambda x: (x, rm.ones((2,)), 3.0), lambda x: []],
                          ids=["identity", "constants", "nothing"])
-@MODES
-def test_graphs_without_nodes(fn, staged):
+def test_graphs_without_nodes(fn, branches):
     x = rm.ones((2,))
-    assert_trees_close(on("xla", fn, x, staged=staged), on("numpy", fn, x))
+    assert_trees_close(on("xla", fn, x), on("numpy", fn, x))
 
 
 # ---------------------------------------------------------------- the programs
 
 
-def test_fused_gradient_program_has_barriers_and_forward_has_none(rng):
+def _cases(text: str) -> int:
+    return text.count("stablehlo.case")
+
+
+def test_the_step_is_one_executable_with_a_conditional_per_backward_block(rng):
     params, x = mlp(rng, depth=3)
-    forward = rm.jit(lambda p, x: mlp_loss(p, x, 1), backend="xla", staged=False)
-    step = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla", staged=False)
-    assert "optimization_barrier" not in forward.lower(params, x).as_text()
-    text = step.lower(params, x).as_text()
-    assert text.startswith("module @") and text.count("module @") == 1  # one executable
-    assert text.count("stablehlo.optimization_barrier") == 3  # one per checkpointed layer
+    graph = rm.make_graph(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)))(params, x)
+    forward = rm.make_graph(lambda p, x: mlp_loss(p, x, 1))(params, x)
+    text = xla.lower(graph, branches=True).as_text()
+    assert text.startswith("module @") and text.count("module @") == 1
+    assert _cases(text) == 3  # one per checkpointed layer's backward block
+    assert text.count("stablehlo.optimization_barrier") == 3  # kept for what honours them
+    assert _cases(xla.lower(forward, branches=True).as_text()) == 0  # the forward pass runs inline
 
 
-def test_staged_program_shows_every_stage_and_compiles_identical_ones_once(rng):
-    depth = 8
-    params, x = mlp(rng, depth=depth)
-    step = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla", staged=True)
-    text = step.lower(params, x).as_text()
-    stages = depth + 1  # the forward pass (and the loss's gradient), then one per layer
-    executables = text.count("module @")
-    assert text.splitlines()[0] == f"// staged: {stages} stages, {executables} executables"
-    assert sum(line.startswith("// stage ") for line in text.splitlines()) == stages
-    assert executables <= 3  # forward, the layers, the first layer (no gradient for x)
-    assert "optimization_barrier" in text
+def test_on_accelerators_backward_blocks_stay_inline_behind_their_barriers(rng):
+    params, x = mlp(rng, depth=3)
+    graph = rm.make_graph(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)))(params, x)
+    text = xla.lower(graph, branches=False).as_text()
+    assert _cases(text) == 0 and text.count("stablehlo.optimization_barrier") == 3
 
 
-def test_staged_is_the_default_on_cpu_and_fused_elsewhere(rng):
+def test_conditionals_are_the_default_on_the_cpu_and_inline_elsewhere(rng):
     params, x = mlp(rng, depth=2)
     text = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla").lower(params, x).as_text()
-    assert text.startswith("// staged:") == (jax.default_backend() == "cpu")
-    assert xla.default_staged() == (jax.default_backend() == "cpu")
+    assert (_cases(text) == 2) == (jax.default_backend() == "cpu")
+    assert xla.default_branches() == (jax.default_backend() == "cpu")
 
 
-def test_stages_pass_only_what_later_stages_read(rng):
-    """A layer's stage reads its saved input and the incoming cotangent (plus its weights) and
-    hands on the cotangent of its input: its recomputed internals never leave it."""
-    depth, batch, width = 5, 8, 16
-    params, x = mlp(rng, depth=depth, width=width, batch=batch)
-    graph = rm.make_graph(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)))(params, x)
-    stages = xla.plan(graph, staged=True)
-    act = (batch, width)
-
-    def activations(vs):
-        return sum(v.shape == act for v in vs)
-
-    assert activations(stages[0].graph.outputs) == depth  # the saved layer inputs and the cotangent
-    for stage in stages[1:]:
-        assert activations(stage.graph.inputs) == 2
-        assert activations(stage.graph.outputs) <= 1
-    assert sum(bool(s.donate) for s in stages) >= depth - 1  # the dying cotangent becomes the next one
+def test_without_a_barrier_a_backward_block_runs_inline(rng):
+    """prevent_cse=False asks for no barrier, and lets the recomputation merge with the forward
+    pass (as in JAX): no conditional either."""
+    w = f32(rng, 4, 4)
+    loss = lambda x: rm.sum(rm.checkpoint(lambda h: rm.tanh(h @ w), x, prevent_cse=False))  # noqa: E731
+    graph = rm.make_graph(rm.grad(loss))(f32(rng, 2, 4))
+    text = xla.lower(graph, branches=True).as_text()
+    assert _cases(text) == 0 and "optimization_barrier" not in text
 
 
-def test_structure_ignores_var_identity_but_not_values():
-    def g(c):
-        return rm.make_graph(lambda x: rm.tanh(x * c) + 1.0)(rm.ones((3,)))
+def test_a_backward_block_inside_a_backward_block_is_a_conditional_inside_a_conditional(rng):
+    params, x = mlp(rng, depth=4)
 
-    assert xla.structure(g(2.0)) == xla.structure(g(2.0))
-    assert xla.structure(g(2.0)) != xla.structure(g(3.0))
+    def nested(p, x):
+        inner = lambda g: g + mlp_loss(p[2:], g, 1)  # noqa: E731
+        return rm.mean(rm.checkpoint(lambda h: mlp_loss(p[:2], rm.checkpoint(inner, h), 1), x))
+
+    graph = rm.make_graph(rm.value_and_grad(nested))(params, x)
+    text = xla.lower(graph, branches=True).as_text()
+    assert _cases(text) >= 5  # the outer block's, and within it the inner ones'
+    step = rm.value_and_grad(nested)
+    assert_trees_close(on("xla", step, params, x), on("numpy", step, params, x))
+
+
+def test_the_executables_buffer_report_is_last_memory(rng):
+    params, x = mlp(rng, depth=3)
+    compiled = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla").lower(params, x).compile()
+    assert compiled.last_memory is None
+    compiled(params, x)
+    memory = compiled.last_memory
+    analysis = compiled.lowered._program.executable().memory_analysis()
+    assert (memory.temp, memory.outputs) == (analysis.temp_size_in_bytes, analysis.output_size_in_bytes)
+    leaves = rm.tree.leaves(params)
+    # the loss and the gradients, and the output tuple's table of pointers (8 bytes each)
+    assert memory.outputs == 4 + sum(np.asarray(a).nbytes for a in leaves) + 8 * (1 + len(leaves))
+    assert memory.peak == memory.temp + memory.outputs
 
 
 # ---------------------------------------------------------------- arrays: in, out, kept on device
 
 
-@MODES
-def test_inputs_may_be_numpy_tensors_or_jax_arrays_and_results_stay_on_device(staged, rng):
+def test_inputs_may_be_numpy_tensors_or_jax_arrays_and_results_stay_on_device(rng):
     params, x = mlp(rng, depth=3)
-    step = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla", staged=staged)
+    step = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla")
     as_numpy = rm.tree.map(np.asarray, (params, x))
     as_jax = rm.tree.map(lambda t: jax.numpy.asarray(np.asarray(t)), (params, x))
     results = [step(*args) for args in ((params, x), as_numpy, as_jax)]
@@ -291,11 +303,10 @@ def test_inputs_may_be_numpy_tensors_or_jax_arrays_and_results_stay_on_device(st
     assert isinstance(np.asarray(value), np.ndarray) and value.shape == () and value.dtype == np.float32
 
 
-@MODES
-def test_staged_runs_never_consume_the_callers_arrays(staged, rng):
+def test_runs_never_consume_the_callers_arrays(rng):
     params, x = mlp(rng, depth=3)
     args = rm.tree.map(lambda t: jax.numpy.asarray(np.asarray(t)), (params, x))
-    step = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla", staged=staged)
+    step = rm.jit(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)), backend="xla")
     first = step(*args)
     assert not any(a.is_deleted() for a in rm.tree.leaves(args))
     assert_trees_close(step(*args), first, rtol=0, atol=0)
@@ -305,14 +316,14 @@ def test_staged_runs_never_consume_the_callers_arrays(staged, rng):
 
 
 @pytest.mark.claims
-def test_staged_checkpoints_lower_peak_memory_on_xla_cpu():
+def test_checkpoints_lower_peak_memory_on_xla_cpu():
     """32 layers, width 256, batch 8192 (8 MiB activations): peak RSS of one training step,
     each plan in its own process (see benchmarks/xla_memory.py)."""
     if jax.default_backend() != "cpu":
         pytest.skip("measures host memory")
     script = os.path.join(ROOT, "benchmarks", "xla_memory.py")
-    done = subprocess.run([sys.executable, script, "--json", "--impls", "remat-staged"],
-                          capture_output=True, text=True, timeout=170, check=True)
+    done = subprocess.run([sys.executable, script, "--json", "--impls", "remat"],
+                          capture_output=True, text=True, timeout=900, check=True)
     peak = {row["plan"]: row["peak_mib"] for row in json.loads(done.stdout.strip().splitlines()[-1])}
     assert peak["layer"] <= 0.60 * peak["none"], peak
     assert peak["sqrt"] <= 0.35 * peak["none"], peak

@@ -18,8 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="train a residual MLP on digits under each checkpoint plan")
     demo.add_argument("--quick", action="store_true", help="a small model and three epochs (for CI)")
     demo.add_argument("--backend", choices=("auto", "numpy", "xla"), default="auto",
-                      help="where the steps run: auto is xla when JAX is installed, else numpy "
-                           "(on xla, memory is counted per stage)")
+                      help="where the steps run: auto is xla when JAX is installed, else numpy")
     demo.add_argument("--epochs", type=int, help="override the number of epochs")
     demo.add_argument("--plot", default="remat-demo-memory.png", help="where to write the memory timeline PNG")
     demo.add_argument("--no-plot", action="store_true", help="write no PNG")

@@ -37,8 +37,8 @@ from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_fu
 
 @dataclass(frozen=True)
 class Rule:
-    """What the VJP rule needs to call `bwd`: plain, hashable data (so identical layers share
-    compiled stages). Prints as the name of `bwd`."""
+    """What the VJP rule needs to call `bwd`: plain, hashable data (so identical layers give
+    identical graphs). Prints as the name of `bwd`."""
 
     fn_name: str
     bwd: Callable

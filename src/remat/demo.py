@@ -163,13 +163,13 @@ def evaluate(params: dict, data, backend: str) -> tuple[float, float]:
 # What the printed figures and the picture are, per backend: the table's peaks are measured.
 PEAK = {
     "numpy": "peak: measured, the evaluator's exact count of live bytes in one training step (arguments excluded)",
-    "xla": "peak: measured, the most any XLA stage of one training step holds while it runs: the step's live "
-           "arrays plus the executable's temporary buffers as XLA reports them (arguments excluded)",
+    "xla": "peak: measured, what one training step's executable holds as XLA's buffer report says: its "
+           "temporary buffers and its outputs (arguments excluded)",
 }
 PICTURE = {
     "numpy": "live bytes after each node, measured",
-    "xla": "inside each stage, live bytes per node predicted from shapes by the evaluator's count; "
-           "each stage's figures measured; each panel's highest point is the peak above",
+    "xla": "live bytes per node predicted from shapes by the evaluator's count, under the executable's "
+           "measured figure; each panel's highest point is the peak above",
 }
 
 

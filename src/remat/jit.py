@@ -391,10 +391,10 @@ def call_traced(fn: Callable, args: tuple):
 
 
 def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames=(),
-        staged: bool | None = None, precision: str | None = None, in_shardings=None,
-        out_shardings=None, memory_budget=None, strategy=None) -> Jitted:
+        precision: str | None = None, in_shardings=None, out_shardings=None, memory_budget=None,
+        strategy=None) -> Jitted:
     """Trace `fn` once per signature (pytree structure, shapes, dtypes, static values with their
-    types) and run it on `backend` ("numpy" or "xla"). `staged` chooses the XLA execution mode.
+    types) and run it on `backend` ("numpy" or "xla"; on XLA, one executable).
     A static argument may be given by position or by name whichever list names it.
     `precision` is the XLA matmul precision ("highest", "high", "default", JAX's aliases or a
     `jax.lax.Precision`); None follows `rm.default_matmul_precision` and then JAX's own setting
@@ -403,7 +403,7 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames
     `jax.sharding.NamedSharding` or `PartitionSpec` per positional argument that is not static
     (a pytree prefix of it; None: unspecified, a sharded jax.Array keeping its own layout), or
     one for them all; likewise for the output. See remat/sharding.py for the mesh of a bare
-    PartitionSpec; every stage of a staged program runs with the layouts of its values.
+    PartitionSpec.
 
     >>> import remat as rm
     >>> f = rm.jit(lambda x: x * 2.0)
@@ -415,12 +415,9 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames
     from remat.planner.budget import misplaced  # rm.jit(rm.grad(f, memory_budget=...)) is the place
 
     misplaced("jit", memory_budget, strategy)
-    if staged is not None and not isinstance(staged, (bool, np.bool_)):
-        raise ArgumentTypeError(
-            f"jit: staged must be True, False or None (staged on the CPU, fused elsewhere), got {staged!r}")
     nums, names = _static_arguments(fn, static_argnums, static_argnames)
     precision = matmul_precision.canonical(precision, "jit")  # checked on NumPy too, which is always exact
-    options = {} if backend == "numpy" else {"staged": None if staged is None else bool(staged), "precision": precision}
+    options = {} if backend == "numpy" else {"precision": precision}
     return Jitted(fn, backend, nums, names, options, _shardings(backend, in_shardings, out_shardings))
 
 

@@ -3,8 +3,8 @@
 - `saved_residuals(fn, *args)`: what the gradient of `fn` keeps between the forward and the
   backward pass (shape, dtype, bytes, where it came from); `print_saved_residuals` prints it.
 - `profile(fn, *args)`: one gradient step of `fn` run on a backend, with the peak live bytes,
-  a timeline of live bytes per node (measured on NumPy; on XLA predicted inside each stage,
-  whose own figures are measured), and `.plot(path)`.
+  a timeline of live bytes per node (measured on NumPy; on XLA predicted, under the executable's
+  measured figures), and `.plot(path)`.
 
 Both differentiate `fn` with respect to every float array in `args` (or the positional
 arguments `argnums`), with a cotangent of ones for each output.
@@ -258,35 +258,37 @@ class Event:
 
 
 @dataclasses.dataclass(frozen=True)
-class StageFigure:
-    """What one XLA stage (one executable run) was measured to hold: `high` while it ran — the
-    step's live arrays, the stage's outputs and the executable's temporary buffers (`temp`, XLA's
-    own report), less the inputs it donates — and `live` after it. Its nodes are
-    `Profile.timeline[start:stop]`.
+class XlaFigure:
+    """What XLA reports an executable holds while a step runs: its temporary buffers (`temp`, one
+    allocation for the whole run, sized by XLA's buffer assignment) and its outputs; `high`, their
+    sum, the most the step holds beyond its arguments.
 
     >>> import remat as rm
     >>> p = rm.memory.profile(lambda x: rm.sum(rm.tanh(x) * 2.0), rm.ones((256,)), backend="xla")
-    >>> [(s.start, s.stop, s.live) for s in p.stages], p.peak_bytes == max(s.high for s in p.stages)
-    ([(0, 9, 1028)], True)
+    >>> p.xla.outputs  # the gradient (1024 bytes), the value (4) and the output tuple's two pointers
+    1044
+    >>> p.peak_bytes == p.xla.high == p.xla.temp + p.xla.outputs
+    True
     """
 
-    start: int
-    stop: int
-    live: int
-    high: int
     temp: int
+    outputs: int
+
+    @property
+    def high(self) -> int:
+        return self.temp + self.outputs
 
 
 @dataclasses.dataclass
 class Profile:
     """The memory of one run, arguments excluded.
 
-    - `peak_bytes` is measured: the NumPy evaluator's count, or on XLA the most any stage holds
-      while it runs (the largest `StageFigure.high`).
+    - `peak_bytes` is measured: the NumPy evaluator's count, or on XLA what the executable holds
+      by XLA's own buffer report (`XlaFigure.high`).
     - `timeline` has an Event per node, in run order. On NumPy it is measured. On XLA it is
       predicted: the evaluator's count worked out from shapes (`remat.timeline`), never above
-      what the node's stage was measured to hold (XLA fuses values the evaluator would keep).
-    - `stages` (XLA only): the measured figures of each stage.
+      what the executable was measured to hold (XLA fuses values the evaluator would keep).
+    - `xla` (XLA only): the executable's measured figures.
 
     Every figure `plot` draws is one of these, so its highest point is `peak_bytes`.
     """
@@ -294,12 +296,12 @@ class Profile:
     peak_bytes: int
     timeline: list[Event]
     backend: str
-    stages: list[StageFigure] = dataclasses.field(default_factory=list)
+    xla: XlaFigure | None = None
 
     @property
     def predicted(self) -> bool:
         """Whether the timeline is predicted (XLA) rather than counted as it ran (NumPy)."""
-        return bool(self.stages)
+        return self.xla is not None
 
     @property
     def backward_start(self) -> int | None:
@@ -308,11 +310,8 @@ class Profile:
 
     def __str__(self) -> str:
         b = self.backward_start
-        n = len(self.stages)
-        stages = f" in {n} stage{'s' if n != 1 else ''}" if n else ""
         split = f", backward from node {b}" if b is not None else ""
-        return (f"Profile({self.backend}: peak {_size(self.peak_bytes)} over "
-                f"{len(self.timeline)} nodes{stages}{split})")
+        return f"Profile({self.backend}: peak {_size(self.peak_bytes)} over {len(self.timeline)} nodes{split})"
 
     __repr__ = __str__
 
@@ -342,8 +341,8 @@ class _Recorder:
         memory.hold, memory.mark = hold, mark
 
 
-def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, staged: bool | None = None,
-            static_argnums=(), memory_budget=None, strategy=None):
+def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, static_argnums=(),
+            memory_budget=None, strategy=None):
     """Run one gradient step of `fn(*args)` (with `grad=False`: `fn` itself) on `backend` and
     report the live bytes it holds: the arrays it allocates, not its arguments. Arguments at
     `static_argnums` are passed as the Python values they are, as `rm.jit` passes them;
@@ -358,7 +357,7 @@ def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, 
     check_backend(backend, "memory.profile")
     fn, args, argnums = bind_static(fn, args, static_argnums, argnums, "memory.profile")
     prog = _program(fn, args, argnums, grad, "memory.profile", memory_budget, strategy)
-    return _profile_numpy(prog) if backend == "numpy" else _profile_xla(prog, staged)
+    return _profile_numpy(prog) if backend == "numpy" else _profile_xla(prog)
 
 
 def _profile_numpy(prog: _Program) -> Profile:
@@ -389,28 +388,18 @@ def _evaluation_order(graph: Graph, n_forward: int, phase: str | None = None) ->
     return out
 
 
-def _profile_xla(prog: _Program, staged: bool | None) -> Profile:
-    """Per stage, what the backend's runner measured (see `StageFigure`); per node inside it,
-    the evaluator's count predicted from shapes, at most the stage's measured `high`."""
+def _profile_xla(prog: _Program) -> Profile:
+    """The executable's measured figures (see `XlaFigure`); per node, the evaluator's count
+    predicted from shapes, at most what the executable was measured to hold."""
     from remat.backends import xla
 
-    runner = xla.lower(prog.graph, staged).compile()
+    runner = xla.lower(prog.graph).compile()
     runner(*prog.arrays)
-    memory = runner.last_memory
-    stage_of = {id(n): s for s, stage in enumerate(runner.program.stages) for n in stage.graph.nodes}
-    points = timeline.predict(prog.graph)
-    owner = [stage_of[id(prog.graph.nodes[p.node])] for p in points]
-    events = [
-        Event(p.label, min(p.live, memory.high[s]), min(p.high, memory.high[s]),
-              "forward" if p.node < prog.n_forward else "backward")
-        for p, s in zip(points, owner)
-    ]
-    stages = [
-        StageFigure(owner.index(s), len(owner) - owner[::-1].index(s), live, high, temp)
-        for s, (live, high, temp) in enumerate(zip(memory.live, memory.high, memory.temp))
-    ]
-    mode = "staged" if runner.program.staged else "fused"
-    return Profile(memory.peak, events, f"xla ({mode})", stages)
+    measured = XlaFigure(runner.last_memory.temp, runner.last_memory.outputs)
+    events = [Event(p.label, min(p.live, measured.high), min(p.high, measured.high),
+                    "forward" if p.node < prog.n_forward else "backward")
+              for p in timeline.predict(prog.graph)]
+    return Profile(measured.high, events, "xla", measured)
 
 
 # ---------------------------------------------------------------- plots
@@ -421,7 +410,7 @@ _MIB = 2.0**20
 
 def plot(profiles: dict[str, Profile], path, title: str | None = None) -> Path:
     """Write a PNG with one panel per profile: live MiB node by node, the backward pass shaded,
-    and on XLA each stage's measured figures; the legend says which lines are measured and which
+    and on XLA the executable's measured figure; the legend says which lines are measured and which
     predicted. `profiles` maps a label (a plan's name) to its Profile; panels share the memory
     axis, and each panel's highest point is its profile's `peak_bytes`.
 
@@ -472,7 +461,7 @@ def _figure(profiles: dict[str, Profile], title: str | None):
     axes[0, 0].set_ylim(0, 1.25 * highest or 1)  # shared; room above the peaks for the labels
     predicted = any(p.predicted for p in profiles.values())
     axes[-1, 0].set_xlabel("node of the step, in run order (a checkpoint's body nodes, then the block)"
-                           + ("; XLA stages marked in black" if predicted else ""))
+                           + ("; XLA's report in black" if predicted else ""))
     entries = {}
     for ax in axes[:, 0]:
         entries.update(zip(*reversed(ax.get_legend_handles_labels())))
@@ -501,24 +490,16 @@ def _panel(ax, label: str, prof: Profile) -> None:
                         label=f"live after each node: {how}, the NumPy evaluator's count")
         ax.plot(xs, high + high[-1:], drawstyle="steps-post", lw=0.9, color="C0",
                 label=f"most live while each node runs: {how}")
-    if prof.stages:
-        _stage_marks(ax, prof.stages)
+    if prof.xla is not None:
+        ax.hlines(prof.xla.high / _MIB, 0, max(n, 1), color="k", lw=1.1,
+                  label="held while the step runs: measured, XLA's buffer report (temporaries + outputs)")
     _phase_labels(ax, prof.backward_start, n)
     name = f"{label}: " if label else ""
-    count = len(prof.stages)
-    stages = f" ({count} XLA stage{'s' if count != 1 else ''})" if count else ""
-    ax.set_title(f"{name}peak {prof.peak_bytes / _MIB:.2f} MiB, measured{stages}", fontsize=9, loc="left")
+    how = " (XLA's buffer report)" if prof.xla is not None else ""
+    ax.set_title(f"{name}peak {prof.peak_bytes / _MIB:.2f} MiB, measured{how}", fontsize=9, loc="left")
     ax.set_ylabel("live MiB")
     ax.set_xlim(0, max(n, 1))
     ax.set_ylim(bottom=0)
-
-
-def _stage_marks(ax, stages: list[StageFigure]) -> None:
-    edges = [s.start for s in stages] + [stages[-1].stop]
-    ax.stairs([s.high / _MIB for s in stages], edges, color="k", lw=1.1, baseline=None,
-              label="held while each XLA stage runs: measured (arrays + XLA temps)")
-    ax.plot([s.stop for s in stages], [s.live / _MIB for s in stages], "o", color="k", ms=2.5,
-            label="live arrays after each XLA stage: measured")
 
 
 def _phase_labels(ax, b: int | None, n: int) -> None:
@@ -552,8 +533,8 @@ def plan_report(fn, *args, memory_budget, strategy=None, argnums=None, backend: 
     `saved_residuals` does): the strategy, the budget, the predicted peak, the values kept (with
     their provenance) and those recomputed, the extra FLOPs, the solver's status and time.
     `print(report)` prints it as `print_saved_residuals` does. `backend` is where the step will
-    run: under `rm.jit(backend="xla")` a step is counted as XLA's buffer report of its stages
-    adds up (`remat.planner.target`), and so planned.
+    run: under `rm.jit(backend="xla")` a step is counted by XLA's buffer report of its
+    executable (`remat.planner.target`), and so planned.
 
     >>> import remat as rm
     >>> layer = lambda h: h + rm.tanh(h)
@@ -578,5 +559,5 @@ def plan_report(fn, *args, memory_budget, strategy=None, argnums=None, backend: 
     return dc.replace(reports[-1], kept=tuple(_residuals_of(prog)))
 
 
-__all__ = ["Residual", "Event", "StageFigure", "Profile", "saved_residuals", "print_saved_residuals", "profile", "plot",
+__all__ = ["Residual", "Event", "XlaFigure", "Profile", "saved_residuals", "print_saved_residuals", "profile", "plot",
            "plan_report", "PlanReport", "PlanWarning"]

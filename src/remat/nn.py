@@ -200,7 +200,7 @@ def layer_norm(x, gamma=None, beta=None, axis=-1, eps: float = 1e-5) -> Tensor:
 
 
 # The custom VJPs are made once per (axes, eps): identical layers then share one rule, and so
-# one compiled XLA stage.
+# give identical graphs.
 
 
 @functools.cache

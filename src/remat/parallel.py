@@ -96,8 +96,8 @@ class Setup:
     def loss(self, params: dict, data, plan: str | int = "none"):
         """`models.gpt_loss` on parameters in this set-up's layout, with the residual stream
         pinned to the batch split (`rm.shard`) at the embeddings and at every block's input: a
-        block's input is what its checkpoint saves and what crosses from one stage of a staged
-        run to the next, so it stays split whatever the partitioner would choose there."""
+        block's input is what its checkpoint saves, so it stays split whatever the partitioner
+        would choose there."""
         tokens, targets = data
         mask = models.causal_mask(tokens.shape[1])
         stream = self.sharding(DATA, None, None)
@@ -239,9 +239,8 @@ def collective_bytes(hlo: str) -> dict[str, int]:
 
 
 def executables(fn, *args, **kwargs) -> list:
-    """The XLA executables (`jax.stages.Compiled`) one call `fn(*args, **kwargs)` runs, in order,
-    for a function made by `rm.jit(..., backend="xla")`: one when fused; one per stage when
-    staged, stages that share an executable listing it each time. Their `as_text()` is the
+    """The XLA executables (`jax.stages.Compiled`) one call `fn(*args, **kwargs)` runs, for a
+    function made by `rm.jit(..., backend="xla")`: a step is one. Their `as_text()` is the
     optimized, partitioned HLO, whose collectives `count_collectives` counts.
 
     >>> import numpy as np, remat as rm
@@ -249,11 +248,7 @@ def executables(fn, *args, **kwargs) -> list:
     >>> [count_collectives(e.as_text())["all-reduce"] for e in executables(f, np.ones(4, np.float32))]
     [0]
     """
-    from remat.backends import xla
-
-    program = fn.lower(*args, **kwargs)._program
-    compiled = xla._compile_distinct(program)
-    return [compiled[stage.key] for stage in program.stages]
+    return [fn.lower(*args, **kwargs)._program.executable()]
 
 
 def _map_qkv(params: dict, fn) -> dict:

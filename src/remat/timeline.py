@@ -1,8 +1,8 @@
 """The NumPy evaluator's memory count, predicted from shapes alone: live bytes after every node of
 a graph as `backends/numpy.py` would count them, without running anything.
 
-`rm.memory.profile` on XLA draws this inside each stage, where XLA reports only a total per
-executable. The rules are the evaluator's own (see its `Memory`, `run` and `_donation`):
+`rm.memory.profile` on XLA draws this under the executable's measured figure, where XLA reports
+only a total. The rules are the evaluator's own (see its `Memory`, `run` and `_donation`):
 
 - the caller's arrays (graph inputs) and constants cost nothing, and neither do views of them;
 - a node's outputs are new buffers, except views (reshape of a contiguous array, transpose,

@@ -1,26 +1,20 @@
-"""The XLA backend: a Graph lowered op by op to `jax.lax` and run as one or several executables.
+"""The XLA backend: a Graph lowered op by op to `jax.lax` and run as one executable.
 
-- **Fused** (`staged=False`): the whole graph is one XLA executable; `barrier` becomes
-  `lax.optimization_barrier`. Right where the compiler honours barriers (GPU, TPU).
-- **Staged** (`staged=True`): the graph is cut before every top-level `barrier` (and a deep
-  forward pass into chunks) into stages, each its own executable, run one after another; a stage
-  receives only the values it reads and hands on only those later stages (or the result) read.
-  XLA:CPU drops optimization barriers and then keeps every activation alive (`jax.checkpoint`
-  saves nothing there); with stages, a checkpoint's recomputed internals cannot outlive the
-  stage that recomputes them. Structurally identical stages (every layer of a model) share one
-  executable.
-
-`staged=None` picks staged on the CPU and fused elsewhere. Values stay on the device between
-stages and between calls.
+A checkpoint's gradient is a backward block behind an optimization barrier (remat/checkpoint.py).
+Accelerators honour the barrier, and the block is inlined. XLA:CPU drops barriers, and then
+schedules the recomputation with the forward pass and keeps every activation alive
+(`jax.checkpoint` saves nothing there). But XLA scopes the buffers made inside a conditional's
+branch to that branch: so on the CPU each backward block runs as the taken branch of a
+`lax.cond` on a predicate the executable receives at run time (always true, unknown to the
+compiler), and a checkpoint's recomputed internals live only while its backward block runs.
+The step stays one executable, and XLA's buffer report of it is what a run holds.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import math
-import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import jax
@@ -31,7 +25,7 @@ from jax import lax
 from remat import precision as matmul_precision
 from remat.backends import low_precision, threefry
 from remat.backends.xla_layout import layout_of
-from remat.graph import Graph, Var
+from remat.graph import Graph
 from remat.loops import xla_impl
 
 # ---------------------------------------------------------------- the lowering table
@@ -93,9 +87,35 @@ def _shard(x, *, spec):
     return x if spec.mesh is None else lax.with_sharding_constraint(x, spec.named())
 
 
-def _block(*args, body: Graph, **_):  # the other params are for the VJP rule
-    # Forward evaluation inlines the body: its internals are temporaries of the enclosing executable.
-    return tuple(evaluate(body, args))
+# ---------------------------------------------------------------- backward blocks in branches
+
+
+#: The run-time predicate backward blocks branch on while a program is lowered with branches
+#: (None: lowered inline). A tracer of the executable's first argument.
+_TAKEN: ContextVar = ContextVar("remat_xla_taken", default=None)
+
+
+@contextlib.contextmanager
+def _branching(taken) -> Iterator[None]:
+    token = _TAKEN.set(taken)
+    try:
+        yield
+    finally:
+        _TAKEN.reset(token)
+
+
+def _block(*args, body: Graph, **params):  # the other params are for the VJP rule
+    taken = _TAKEN.get()
+    # A checkpoint's backward block (`differentiated`, behind a barrier: prevent_cse=False asks
+    # for none, and for the recomputation to merge with the forward pass, as in JAX).
+    if taken is None or not params.get("differentiated") or "prevent_cse" in params:
+        # Forward evaluation inlines the body: its internals are temporaries of the executable.
+        return tuple(evaluate(body, args))
+
+    def untaken(*_):  # never runs; gives the branch's types
+        return tuple(jnp.zeros(v.shape, v.dtype) for v in body.outputs)
+
+    return tuple(lax.cond(taken, lambda *xs: tuple(evaluate(body, xs)), untaken, *args))
 
 
 IMPLS: dict[str, Callable] = {
@@ -152,14 +172,20 @@ IMPLS: dict[str, Callable] = {
 def _constant(a: np.ndarray):
     """A graph constant inside a traced function: a literal, or a broadcast when all its elements
     are equal (zeros, ones), so large constants cost no program text."""
-    if a.ndim and a.size and (a == a.flat[0]).all():
+    if _uniform(a):
         return jnp.full(a.shape, a.flat[0], a.dtype)
     return a
 
 
-def evaluate(graph: Graph, args) -> list:
-    """`graph` applied to JAX values (tracers inside `jax.jit`): a loop over the lowering table."""
-    env = {v: _constant(a) for v, a in graph.constants.items()}
+def _uniform(a: np.ndarray) -> bool:
+    return bool(a.ndim and a.size and (a == a.flat[0]).all())
+
+
+def evaluate(graph: Graph, args, given: dict | None = None) -> list:
+    """`graph` applied to JAX values (tracers inside `jax.jit`): a loop over the lowering table.
+    `given`: values of some of its constants (the program's arguments that carry them)."""
+    given = given or {}
+    env = {v: given[v] if v in given else _constant(a) for v, a in graph.constants.items()}
     env.update(zip(graph.inputs, args))
     for node in graph.nodes:
         out = IMPLS[node.op](*[env[v] for v in node.inputs], **node.params)
@@ -169,211 +195,83 @@ def evaluate(graph: Graph, args) -> list:
     return [env[v] for v in graph.outputs]
 
 
-# ---------------------------------------------------------------- structure: what makes stages equal
-
-
-def structure(graph: Graph) -> tuple:
-    """A hashable description of `graph` up to the identity of its Vars: types, ops, params
-    (sub-graphs described the same way), constants by value, and the wiring by position."""
-    ids: dict[Var, int] = {}
-
-    def define(v: Var) -> tuple:
-        ids[v] = len(ids)
-        return v.shape, v.dtype.str
-
-    ins = tuple(define(v) for v in graph.inputs)
-    consts = tuple((define(v), _key(a)) for v, a in graph.constants.items())
-    nodes = tuple(
-        (n.op, _key(n.params), tuple(ids[v] for v in n.inputs), tuple(define(v) for v in n.outputs))
-        for n in graph.nodes
-    )
-    return ins, consts, nodes, tuple(ids[v] for v in graph.outputs)
-
-
-def _key(value):
-    if isinstance(value, Graph):
-        return structure(value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _key(v)) for k, v in value.items()))
-    if isinstance(value, (tuple, list)):
-        return tuple(_key(v) for v in value)
-    if isinstance(value, np.ndarray):
-        return "array", value.shape, value.dtype.str, hashlib.sha1(value.tobytes()).hexdigest()
-    if isinstance(value, np.dtype):
-        return value.str
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return type(value).__name__, value
-
-
-# ---------------------------------------------------------------- the stage planner
-
-
-@dataclass
-class Stage:
-    """One executable's worth of the graph. `graph` holds the stage's nodes as a function of the
-    values it reads (scalar constants stay inside); `dead` are the inputs nothing after it reads;
-    `donate` the positions of dead inputs XLA may overwrite with outputs of the same type."""
-
-    graph: Graph
-    dead: list[Var]
-    donate: tuple[int, ...]
-    key: tuple
-
-
-# A staged run cuts before every top-level barrier (a layer's backward stage starts there) and,
-# once a stage holds this many nodes, before the next checkpoint block. XLA's compile time (and
-# its first run) grows faster than the program: a 3,000-layer forward pass compiled as one
-# executable in 24 s, against 0.2 s for 300 layers. A deep forward pass therefore runs in chunks
-# of this size, identical chunks sharing an executable, so the first call grows linearly with
-# depth. A shallow one stays one stage: an executable per block costs each its dispatch (20% of
-# a step of 24 layers of width 64).
-STAGE_NODES = 500
-
-
-def plan(graph: Graph, staged: bool) -> list[Stage]:
-    """Cut `graph` into stages (see STAGE_NODES) or not at all (fused)."""
-    cuts = _cuts(graph) if staged else []
-    bounds = [0, *cuts, len(graph.nodes)]
-    segments = [graph.nodes[a:b] for a, b in zip(bounds, bounds[1:])]
-    last: dict[Var, int] = {}  # the last stage reading each Var; len(segments): the result does
-    for s, nodes in enumerate(segments):
-        for n in nodes:
-            last.update((v, s) for v in n.inputs)
-    last.update((v, len(segments)) for v in graph.outputs)
-    mine = set(graph.inputs) | set(graph.constants)  # values the caller owns: never donated
-    return [_stage(s, nodes, graph, last, mine) for s, nodes in enumerate(segments)]
-
-
-def _cuts(graph: Graph) -> list[int]:
-    cuts, size = [], 0
-    for i, node in enumerate(graph.nodes):
-        # A checkpoint made with prevent_cse=False has no barrier before its backward block.
-        unbarred = node.op == "checkpoint" and node.params.get("differentiated") and "prevent_cse" in node.params
-        if i and (node.op == "barrier" or unbarred or node.op == "checkpoint" and size >= STAGE_NODES):
-            cuts.append(i)
-            size = 0
-        size += 1 + sum(1 for sub in node.subgraphs() for _ in sub.walk())
-    return cuts
-
-
-def _stage(s: int, nodes, graph: Graph, last: dict[Var, int], mine: set[Var]) -> Stage:
-    defined = {v for n in nodes for v in n.outputs}
-    ins: dict[Var, None] = {}
-    scalars = {}
-    for n in nodes:
-        for v in n.inputs:
-            if v in defined:
-                continue
-            if v in graph.constants and graph.constants[v].ndim == 0:
-                scalars[v] = graph.constants[v]
-            else:
-                ins.setdefault(v)
-    outs = [v for n in nodes for v in n.outputs if last.get(v, s) > s]
-    inputs = list(ins)
-    dead = [v for v in inputs if last[v] == s]
-    donate = _donatable(inputs, [v for v in dead if v not in mine], outs)
-    sub = Graph(inputs, outs, nodes, scalars)
-    return Stage(sub, dead, donate, (structure(sub), donate))
-
-
-def _donatable(inputs: list[Var], dead: list[Var], outs: list[Var]) -> tuple[int, ...]:
-    """Positions of dead inputs, at most as many of each type as there are outputs of that type
-    (XLA can reuse a donated buffer only for an output of the same shape and dtype)."""
-    room: dict[tuple, int] = {}
-    for v in outs:
-        room[v.shape, v.dtype] = room.get((v.shape, v.dtype), 0) + 1
-    position = {v: k for k, v in enumerate(inputs)}
-    picked = []
-    for v in dead:
-        if room.get((v.shape, v.dtype), 0) > 0:
-            room[v.shape, v.dtype] -= 1
-            picked.append(position[v])
-    return tuple(sorted(picked))
-
-
-# ---------------------------------------------------------------- lowering and running
-
-
-def default_staged() -> bool:
-    """Staged on the CPU, whose XLA drops optimization barriers; fused on GPUs and TPUs."""
+def default_branches() -> bool:
+    """Backward blocks in conditionals on the CPU, whose XLA drops optimization barriers; inline
+    behind their barriers on GPUs and TPUs."""
     return jax.default_backend() == "cpu"
 
 
-class Program:
-    """A Graph planned into stages. `str()` is the StableHLO of every stage; `compile()` gives
-    the callable that runs them."""
+# ---------------------------------------------------------------- one executable
 
-    def __init__(self, graph: Graph, staged: bool | None = None, precision: str | None = None,
-                 in_shardings=None, out_shardings=None):
+
+@dataclass(frozen=True)
+class ExecutableMemory:
+    """What a run of the executable holds, from XLA's own buffer report: its temporary buffers
+    (`temp`, one allocation for the whole run, sized by XLA's buffer assignment) and its outputs
+    (`outputs`), the caller's arguments left out. `peak` is their sum: the most the run holds at
+    once beyond its arguments. For a sharded program, the bytes of one device."""
+
+    temp: int
+    outputs: int
+
+    @property
+    def peak(self) -> int:
+        return self.temp + self.outputs
+
+
+class Program:
+    """A Graph lowered for XLA. `str()` is the StableHLO; `compile()` gives the callable that runs it.
+    `branches`: backward blocks as conditionals (None: on the CPU, see `default_branches`)."""
+
+    def __init__(self, graph: Graph, precision: str | None = None, in_shardings=None, out_shardings=None,
+                 branches: bool | None = None):
         self.graph = graph
         self.precision = matmul_precision.effective(precision)  # fixed now: later scopes do not change it
-        self.staged = default_staged() if staged is None else bool(staged)
-        self.stages = plan(graph, self.staged)
+        self.branches = default_branches() if branches is None else bool(branches)
         self.x64 = any(v.dtype.itemsize == 8 for v in _all_vars(graph))
-        self._lowered: dict[tuple, jax.stages.Lowered] = {}
         self.layout = layout_of(graph, in_shardings, out_shardings)
-        self._placed: dict[tuple, jax.stages.Compiled] | None = None
+        # Array constants (masks, captured NumPy arrays) are arguments placed on the device once,
+        # not program text: XLA would compile them into the executable.
+        self.held = [v for v, a in graph.constants.items() if a.ndim and not _uniform(a)]
+        self._lowered: jax.stages.Lowered | None = None
+        self._compiled: jax.stages.Compiled | None = None
 
     def mode(self):
         """64-bit dtypes need JAX's x64 mode while tracing, transferring and running."""
         return _x64() if self.x64 else contextlib.nullcontext()
 
-    def lowered(self, stage: Stage) -> jax.stages.Lowered:
-        hit = self._lowered.get(stage.key)
-        if hit is None:
-            g = stage.graph
-            avals = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in g.inputs]
+    def lowered(self) -> jax.stages.Lowered:
+        if self._lowered is None:
+            g, branches, held = self.graph, self.branches, self.held
+            avals = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in [*held, *g.inputs]]
 
-            def stage_fn(*xs):
-                return evaluate(g, xs)
+            def step(taken, *xs):
+                with _branching(taken if branches else None):
+                    return evaluate(g, xs[len(held):], dict(zip(held, xs)))
 
-            shardings = {} if self.layout is None else self.layout.jit_options(stage)
-            with self.mode(), matmul_precision.lowering(self.precision), self._on_mesh(), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*donated buffers.*")
-                hit = jax.jit(stage_fn, donate_argnums=stage.donate, **shardings).lower(*avals)
-            self._lowered[stage.key] = hit
-        return hit
+            options = {} if self.layout is None else self.layout.jit_options(len(held))
+            with self.mode(), matmul_precision.lowering(self.precision), self._on_mesh():
+                self._lowered = jax.jit(step, **options).lower(jax.ShapeDtypeStruct((), jnp.bool_), *avals)
+        return self._lowered
 
     def _on_mesh(self):
-        """A sharded program's stages are traced on its mesh: one that reads no sharded value
-        (a stage of constants) still runs on the mesh's devices, replicated."""
+        """A sharded program is traced on its mesh: values it makes from constants alone still
+        run on the mesh's devices, replicated."""
         return contextlib.nullcontext() if self.layout is None else jax.set_mesh(self.layout.mesh)
 
-    def placed(self) -> dict[tuple, jax.stages.Compiled]:
-        """A sharded program's executables, one per distinct stage, compiled in order: each stage
-        takes its inputs as the stages before it left them (XLA's partitioner chooses the
-        shardings of a stage's outputs, those asked for in out_shardings aside), so values stay
-        sharded on the devices from one stage to the next. A stage's key gains its shardings."""
-        if self._placed is None:
-            compiled: dict[tuple, jax.stages.Compiled] = {}
-            for stage in self.stages:
-                ins, outs = self.layout.jit_options(stage).values()
-                stage.key = (stage.key, ins, tuple(outs))
-                if stage.key not in compiled:
-                    compiled[stage.key] = self.lowered(stage).compile()
-                placed = jax.tree.leaves(compiled[stage.key].output_shardings)
-                self.layout.placed.update(zip(stage.graph.outputs, placed))
-            self._placed = compiled
-        return self._placed
+    def executable(self) -> jax.stages.Compiled:
+        if self._compiled is None:
+            with self.mode():
+                self._compiled = self.lowered().compile()
+        return self._compiled
+
+    def memory(self) -> ExecutableMemory:
+        """XLA's buffer report of the compiled program (compiled now if it is not yet)."""
+        analysis = self.executable().memory_analysis()
+        return ExecutableMemory(int(analysis.temp_size_in_bytes), int(analysis.output_size_in_bytes))
 
     def as_text(self) -> str:
-        if self.layout is not None:
-            self.placed()
-        if not self.staged:
-            return self.lowered(self.stages[0]).as_text()
-        first: dict[tuple, int] = {}
-        lines = []
-        for i, stage in enumerate(self.stages):
-            if stage.key in first:
-                lines.append(f"// stage {i}: the executable of stage {first[stage.key]}")
-                continue
-            first[stage.key] = i
-            lines += [f"// stage {i}:", self.lowered(stage).as_text()]
-        head = f"// staged: {len(self.stages)} stages, {len(first)} executables"
-        return "\n".join([head, *lines])
+        return self.lowered().as_text()
 
     __str__ = as_text
 
@@ -397,141 +295,36 @@ def _all_vars(graph: Graph):
 
 
 class Runner:
-    """Runs a Program's stages in order, keeping each value only as long as a later stage needs
-    it. `last_memory` tells what a run holds, stage by stage."""
+    """Runs a Program's executable. `last_memory` tells what a run holds (XLA's buffer report)."""
 
     def __init__(self, program: Program):
         self.program = program
-        graph = program.graph
+        self._executable = program.executable()
         with program.mode():
-            compiled = _compile_distinct(program)
-            # Constants the stages take as inputs (non-scalars) or the caller gets back, on the device once.
-            wanted = {v: a for v, a in graph.constants.items() if a.ndim or v in graph.outputs}
-            where = None if program.layout is None else [program.layout.replicated] * len(wanted)
-            self._consts = dict(zip(wanted, jax.device_put(list(wanted.values()), where)))
-        self._steps = [(s, compiled[s.key]) for s in program.stages]
-        self._shared, self._returned = _argument_uses(graph, program.stages)
-        self.executables = len(compiled)
-        self._memory = stage_memory(program, compiled)
-        self.last_memory: StageMemory | None = None
+            where = None if program.layout is None else [program.layout.replicated] * len(program.held)
+            self._held = jax.device_put([program.graph.constants[v] for v in program.held], where)
+        self._returned = [k for k, v in enumerate(program.graph.inputs) if v in set(program.graph.outputs)]
+        self._memory = program.memory()
+        self.last_memory: ExecutableMemory | None = None
 
     def __call__(self, *args) -> list:
-        graph = self.program.graph
         with self.program.mode():
-            env = dict(self._consts)
-            env.update(zip(graph.inputs, self._arguments(args)))
-            for k, (stage, executable) in enumerate(self._steps):
-                ins = [env[v] for v in stage.graph.inputs]
-                for v in stage.dead:
-                    del env[v]
-                outs = executable(*ins)
-                del ins  # the last references to dead inputs: XLA may free them now
-                if k + 1 < len(self._steps):
-                    # One stage at a time: dispatched while the one before still runs, a stage's
-                    # outputs and temporaries would be allocated beside that one's, and the run
-                    # would hold more than `last_memory` (on the planned 64-layer MLP, 5-12 MiB
-                    # more, varying from run to run). Waiting keeps Python's dispatch of a stage
-                    # from overlapping the one before: 1.08x the step time with 65 stages (the
-                    # MLP checkpointed per layer), nothing measurable with 9.
-                    jax.block_until_ready(outs)
-                env.update(zip(stage.graph.outputs, outs))
+            outs = self._executable(np.True_, *self._held, *self._arguments(args))
             self.last_memory = self._memory
-            outs = [env[v] for v in graph.outputs]
-            return outs if self.program.layout is None else self.program.layout.finish(outs)
+            return outs
 
     def _arguments(self, args) -> list:
-        """The caller's arrays as the stages take them. A NumPy array read by one stage goes to
-        its executable as it is: the runtime copies it to the device in C++, as for `jax.jit`,
-        where `jax.device_put` from Python costs tens of microseconds an array. One that several
-        stages read goes to the device once, all such in one call. One the caller gets back is
+        """The caller's arrays as the executable takes them. A NumPy array goes as it is: the
+        runtime copies it to the device in C++, as for `jax.jit`. One the caller gets back is
         copied first: on the CPU, `device_put` keeps an aligned NumPy array's memory instead of
         copying it (`may_alias=False` notwithstanding), so the result would change with it."""
         out = [_typed(a, v.dtype) for v, a in zip(self.program.graph.inputs, args)]
         if self.program.layout is not None:
             return self.program.layout.arguments(out, self._returned)
-        shared = [k for k in self._shared if isinstance(out[k], np.ndarray)]
-        returned = [k for k in self._returned if isinstance(out[k], np.ndarray)]
-        if shared or returned:
-            arrays = [out[k] for k in shared] + [np.array(out[k]) for k in returned]
-            for k, a in zip(shared + returned, jax.device_put(arrays)):
-                out[k] = a
+        for k in self._returned:
+            if isinstance(out[k], np.ndarray):
+                out[k] = np.array(out[k])
         return out
-
-
-class StageMemory:
-    """Bytes a staged run holds, per stage: `live` after it (values of the run, not the caller's
-    arguments or constants) and `high` while it runs (also its outputs and XLA's temporaries,
-    less the inputs it donates). The schedule is fixed, so this is worked out once, from the
-    shapes and XLA's own buffer report, not counted on every call. For a sharded program the
-    bytes are those of one device: `size(v)` is the bytes of v's shard (XLA's report is per
-    device already)."""
-
-    def __init__(self, stages: list[Stage], temps: list[int], external: set[Var],
-                 size: Callable[[Var], int] | None = None):
-        self.temp = list(temps)  # XLA's temporary buffers per stage, as its memory analysis reports
-        self.live: list[int] = []
-        self.high: list[int] = []
-        held = 0
-        # Kept as a running total: every value of the run is made by one stage and dies in one
-        # (the last that reads it), so each is added and taken off once, and the work is linear
-        # in the graph, not stages x live values.
-        size = size or _var_bytes
-        for stage, temp in zip(stages, temps):
-            made = sum(map(size, stage.graph.outputs))
-            donated = sum(size(stage.graph.inputs[k]) for k in stage.donate)
-            self.high.append(held + temp + made - donated)
-            held += made - sum(size(v) for v in stage.dead if v not in external)
-            self.live.append(held)
-
-    @property
-    def peak(self) -> int:
-        return max(self.high + self.live, default=0)
-
-
-def stage_memory(program: Program, compiled: dict[tuple, jax.stages.Compiled] | None = None) -> StageMemory:
-    """What a run of `program` holds, stage by stage, from XLA's buffer report of each of its
-    executables (compiled now unless given). The memory planner counts a step for XLA with it."""
-    with program.mode():
-        compiled = _compile_distinct(program) if compiled is None else compiled
-    temp = {key: _temp_bytes(executable) for key, executable in compiled.items()}
-    size = None if program.layout is None else program.layout.device_bytes
-    external = set(program.graph.inputs) | set(program.graph.constants)  # the caller's, or placed once
-    return StageMemory(program.stages, [temp[s.key] for s in program.stages], external, size)
-
-
-def _var_bytes(v: Var) -> int:
-    return math.prod(v.shape) * v.dtype.itemsize
-
-
-def _compile_distinct(program: Program) -> dict[tuple, jax.stages.Compiled]:
-    """One executable per distinct stage: a 1,000-layer model has three, not 1,000 (compiling
-    an already compiled Lowered again costs milliseconds even when JAX's cache answers)."""
-    if program.layout is not None:
-        return program.placed()
-    compiled: dict[tuple, jax.stages.Compiled] = {}
-    for stage in program.stages:
-        if stage.key not in compiled:
-            compiled[stage.key] = program.lowered(stage).compile()
-    return compiled
-
-
-def _temp_bytes(executable) -> int:
-    try:
-        return int(executable.memory_analysis().temp_size_in_bytes)
-    except Exception:  # not every platform reports it
-        return 0
-
-
-def _argument_uses(graph: Graph, stages: list[Stage]) -> tuple[list[int], list[int]]:
-    """Positions of the graph inputs that several stages read, and of those that are results."""
-    readers = dict.fromkeys(graph.inputs, 0)
-    for v in (v for s in stages for v in s.graph.inputs):
-        if v in readers:
-            readers[v] += 1
-    results = set(graph.outputs)
-    returned = [k for k, v in enumerate(graph.inputs) if v in results]
-    shared = [k for k, v in enumerate(graph.inputs) if readers[v] > 1 and v not in results]
-    return shared, returned
 
 
 def _typed(a, dtype: np.dtype):
@@ -541,15 +334,14 @@ def _typed(a, dtype: np.dtype):
     return a if a.dtype == dtype else a.astype(dtype)
 
 
-def lower(graph: Graph, staged: bool | None = None, precision: str | None = None,
-          in_shardings=None, out_shardings=None) -> Program:
-    """The program for `graph`; `.as_text()` lowers it to StableHLO without compiling (a sharded
-    program compiles its stages in order: each takes the shardings the one before chose).
+def lower(graph: Graph, precision: str | None = None, in_shardings=None, out_shardings=None,
+          branches: bool | None = None) -> Program:
+    """The program for `graph`; `.as_text()` lowers it to StableHLO without compiling.
     `in_shardings`/`out_shardings`: one `NamedSharding` or None per graph input/output."""
-    return Program(graph, staged, precision, in_shardings, out_shardings)
+    return Program(graph, precision, in_shardings, out_shardings, branches)
 
 
-def compile(graph: Graph, staged: bool | None = None, precision: str | None = None,
-            in_shardings=None, out_shardings=None) -> Callable:
+def compile(graph: Graph, precision: str | None = None, in_shardings=None, out_shardings=None,
+            branches: bool | None = None) -> Callable:
     """A callable running `graph` on NumPy or JAX arrays; it returns JAX arrays."""
-    return Program(graph, staged, precision, in_shardings, out_shardings).compile()
+    return Program(graph, precision, in_shardings, out_shardings, branches).compile()

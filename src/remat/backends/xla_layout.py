@@ -1,26 +1,19 @@
 """Where the values of a sharded XLA program live (issue 16; remat/sharding.py is the user's side).
 
-A program is sharded when `rm.jit` gives it shardings or a `shard` node names a mesh; then every
-value has a `NamedSharding` on that one mesh: the arguments as given (else replicated), the
-constants replicated, and each stage's outputs as XLA's SPMD partitioner chose them when the
-stage before was compiled (backends/xla.py, `Program.placed`). The caller's arrays go to the
-devices once, laid out as the program takes them; nothing is gathered on the host.
+A program is sharded when `rm.jit` gives it shardings or a `shard` node names a mesh; then it
+runs on that one mesh: the arguments as given (else replicated), the outputs as asked (else as
+XLA's SPMD partitioner chooses). The caller's arrays go to the devices once, laid out as the
+program takes them; nothing is gathered on the host.
 """
 
 from __future__ import annotations
-
-import math
-from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from remat.errors import ArgumentValueError
-from remat.graph import Graph, Var
-
-if TYPE_CHECKING:
-    from remat.backends.xla import Stage
+from remat.graph import Graph
 
 
 def layout_of(graph: Graph, in_shardings, out_shardings) -> Layout | None:
@@ -36,36 +29,24 @@ def layout_of(graph: Graph, in_shardings, out_shardings) -> Layout | None:
         listed = "; ".join(sorted(map(repr, meshes)))
         raise ArgumentValueError(f"jit: the shardings of one program are on {len(meshes)} different meshes "
                                  f"({listed}); a program runs on one mesh: lay every array out on it")
-    return Layout(graph, meshes.pop(), ins, outs)
+    return Layout(meshes.pop(), ins, outs)
 
 
 class Layout:
     """A sharded program on `mesh`: `inputs`, each graph input's sharding (given, else
-    replicated); `wanted`, the outputs' shardings asked for; `placed`, every value's sharding
-    known so far (inputs, constants, and stage outputs as the stages are compiled)."""
+    replicated); `outputs`, the outputs' shardings asked for (None: XLA's choice)."""
 
-    def __init__(self, graph: Graph, mesh, ins: list, outs: list):
+    def __init__(self, mesh, ins: list, outs: list):
         self.mesh = mesh
         self.replicated = NamedSharding(mesh, PartitionSpec())
         self.inputs = [s or self.replicated for s in ins]
         self.outputs = outs
-        self.wanted = {v: s for v, s in zip(graph.outputs, outs) if s is not None}
-        self.placed = dict(zip(graph.inputs, self.inputs))
-        self.placed.update((v, self.replicated) for v in graph.constants)
-        made = {v for n in graph.nodes for v in n.outputs}
-        # Outputs no stage makes (arguments, constants), or one value asked for twice in two
-        # layouts: moved once the stages have run.
-        self._moved = [k for k, (v, s) in enumerate(zip(graph.outputs, outs))
-                       if s is not None and (v not in made or self.wanted[v] != s)]
 
-    def device_bytes(self, v: Var) -> int:
-        """The bytes of one device's shard of `v` (its largest, where shards differ)."""
-        return math.prod(self.placed[v].shard_shape(v.shape)) * v.dtype.itemsize
-
-    def jit_options(self, stage: Stage) -> dict:
-        g = stage.graph
-        return {"in_shardings": tuple(self.placed[v] for v in g.inputs),
-                "out_shardings": [self.wanted.get(v) for v in g.outputs]}  # a stage returns a list
+    def jit_options(self, held: int) -> dict:
+        """`jax.jit`'s shardings for the program, whose arguments are the backward blocks'
+        predicate and `held` constants (replicated), then the graph's inputs; it returns a list."""
+        return {"in_shardings": (self.replicated,) * (1 + held) + tuple(self.inputs),
+                "out_shardings": list(self.outputs)}
 
     def arguments(self, arrays: list, returned: list[int]) -> list:
         """The caller's arrays on the devices as the program takes them, all moved in one call.
@@ -79,11 +60,6 @@ class Layout:
             for k, a in zip(moving, jax.device_put(sources, [self.inputs[k] for k in moving])):
                 arrays[k] = a
         return arrays
-
-    def finish(self, outs: list) -> list:
-        for k in self._moved:
-            outs[k] = jax.device_put(outs[k], self.outputs[k])
-        return outs
 
 
 def _laid_out(a, sharding) -> bool:

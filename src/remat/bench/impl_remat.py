@@ -26,15 +26,15 @@ def loss_fn(size, plan: str):
     return lambda p, x: gpt_loss(p, x, plan, size.heads)
 
 
-def build(size, plan: str | float, params, data, backend: str, staged: bool | None = None):
+def build(size, plan: str | float, params, data, backend: str):
     """`(step, finish)`: `step()` runs one training step (loss and gradients with respect to the
-    parameters) compiled ahead of time; `finish(out)` waits for it and gives the loss. `staged`
-    is `rm.jit`'s XLA execution mode. A float `plan` is no hand-placed checkpoint and that
-    `memory_budget=` (a fraction of the activation memory): the planner places them."""
+    parameters) compiled ahead of time; `finish(out)` waits for it and gives the loss. A float
+    `plan` is no hand-placed checkpoint and that `memory_budget=` (a fraction of the activation
+    memory): the planner places them."""
     to = (lambda a: a) if backend == "numpy" else _device
     params, data = rm.tree.map(to, params), rm.tree.map(to, data)
     step_fn = step_function(size, plan)
-    compiled = rm.jit(step_fn, backend=backend, staged=staged).lower(params, data).compile()
+    compiled = rm.jit(step_fn, backend=backend).lower(params, data).compile()
 
     def finish(out):
         loss, grads = out

@@ -1,6 +1,6 @@
 """`remat bench --planner`: the memory-budget planner (`memory_budget=`) against hand-placed
 checkpoints, on the residual MLP (64 layers) and the GPT-style model (8 blocks), on NumPy and on
-XLA (staged, as `rm.jit` runs on the CPU).
+XLA (one executable, as `rm.jit` runs it).
 
 Each step is one `value_and_grad` of the model's loss with respect to its parameters. A plan is
 hand-placed ("none", "layer", "sqrt", "dots": see `remat.models`) or planned: a float, the
@@ -312,7 +312,7 @@ def table(result: dict, backend: str) -> str:
     return "\n".join(lines)
 
 
-_BACKEND_NAMES = {"numpy": "remat · NumPy (evaluator count)", "xla": "remat · XLA staged (resident memory)",
+_BACKEND_NAMES = {"numpy": "remat · NumPy (evaluator count)", "xla": "remat · XLA (resident memory)",
                   "torch": "PyTorch eager, torch.utils.checkpoint (resident memory)"}
 
 

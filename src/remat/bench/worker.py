@@ -76,7 +76,7 @@ def measure_memory(framework: str, step, finish) -> dict:
     if framework == "remat-numpy":  # the evaluator's count of the step just measured
         out.update(rss=out["peak"], peak=step.compiled.last_memory.peak)
         out["tracemalloc"] = _traced(step, finish)
-    if framework == "remat-xla":  # what XLA's own buffer report says the stages hold
+    if framework == "remat-xla":  # what XLA's own buffer report says the executable holds
         out["xla_own"] = step.compiled.last_memory.peak
     return out
 

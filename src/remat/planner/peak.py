@@ -116,12 +116,11 @@ def activation_bytes(graph: Graph, step: Step = ALL) -> int:
 
 def xla_step_peak(graph: Graph, plan: Plan = NO_PLAN, step: Step = ALL, target: Target = Target("xla")) -> int:
     """XLA's count of the step (inputs and constants left out): its program compiled as `rm.jit`
-    compiles it for `target`, and the most a run holds at once by XLA's buffer report of each
-    stage (`remat.backends.xla.StageMemory`)."""
+    compiles it for `target`, and what a run holds by XLA's buffer report of the executable
+    (`remat.backends.xla.ExecutableMemory`)."""
     from remat.backends import xla
 
-    program = xla.lower(step_graph(graph, plan, step), staged=target.staged, precision=target.precision)
-    return xla.stage_memory(program).peak
+    return xla.lower(step_graph(graph, plan, step), precision=target.precision).memory().peak
 
 
 class StepCount:
