@@ -23,6 +23,11 @@ def _no_rule():
     return rm.grad(f)(rm.asarray(1.0))
 
 
+def _hessian_through_binomial():
+    return rm.hessian(lambda c: rm.sum(rm.scan(lambda h, x: (rm.sin(h * x), None), c, rm.ones((4, 3)),
+                                               checkpoint=rm.loops.binomial(2))[0]))(X)
+
+
 def _jvp_of_binomial_gradient():
     def loss(c):
         return rm.sum(rm.scan(lambda h, x: (rm.sin(h * x), None), c, rm.ones((4, 3)),
@@ -76,4 +81,6 @@ CASES: list[Case] = [
     # ---- what forward mode cannot do, said so
     Case("forward-jvp-of-binomial-scan-gradient", _jvp_of_binomial_gradient, rm.ArgumentTypeError,
          (r"^scan:", r"binomial\(2\)", r"forward mode", r"segments")),
+    Case("forward-hessian-through-binomial-scan", _hessian_through_binomial, rm.ArgumentTypeError,
+         (r"^scan:", r"binomial\(2\)", r"forward mode \(jvp of grad, hessian\)", r"segments")),
 ]

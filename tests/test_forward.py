@@ -225,6 +225,50 @@ def _reads_tangent(body, node) -> bool:
     return any(v in tangent for v in node.inputs)
 
 
+W3 = np.array([[0.5, -0.2, 0.1], [0.3, 0.4, -0.6], [0.0, 0.2, 0.7]], np.float32)
+
+# (remat function, the same in JAX): loops, a branch and nested checkpoints, whose primal values
+# are computed together with their tangents in one block (linearize once raised a KeyError here)
+LINEARIZED = {
+    "cond": (lambda x: rm.cond(rm.sum(x) > 0, rm.sin, rm.cos, x),
+             lambda x: jax.lax.cond(jnp.sum(x) > 0, jnp.sin, jnp.cos, x)),
+    "switch": (lambda x: rm.switch(rm.asarray(1), [rm.sin, rm.tanh, rm.cos], x),
+               lambda x: jax.lax.switch(1, [jnp.sin, jnp.tanh, jnp.cos], x)),
+    "scan": (lambda x: rm.scan(lambda c, _: (rm.sin(c) * x, rm.sum(c)), x, length=3),
+             lambda x: jax.lax.scan(lambda c, _: (jnp.sin(c) * x, jnp.sum(c)), x, length=3)),
+    "scan step": (lambda x: rm.scan(lambda c, _: (rm.tanh(c @ W3), None), x, length=4, checkpoint="step")[0],
+                  lambda x: jax.lax.scan(lambda c, _: (jnp.tanh(c @ W3), None), x, length=4)[0]),
+    "scan segments": (lambda x: rm.scan(lambda c, _: (rm.tanh(c @ W3), c), x, length=5,
+                                        checkpoint=rm.loops.segments(2)),
+                      lambda x: jax.lax.scan(lambda c, _: (jnp.tanh(c @ W3), c), x, length=5)),
+    "fori_loop": (lambda x: rm.fori_loop(0, 3, lambda i, c: rm.sin(c) + x, x),
+                  lambda x: jax.lax.fori_loop(0, 3, lambda i, c: jnp.sin(c) + x, x)),
+    "while_loop": (lambda x: rm.while_loop(lambda c: rm.sum(rm.abs(c)) < 10.0, lambda c: c * 1.5 + x, x),
+                   lambda x: jax.lax.while_loop(lambda c: jnp.sum(jnp.abs(c)) < 10.0, lambda c: c * 1.5 + x, x)),
+    "nested checkpoints": (lambda x: rm.checkpoint(lambda h: rm.checkpoint(lambda g: rm.tanh(g @ W3), h) @ W3, x),
+                           lambda x: jnp.tanh(x @ W3) @ W3),
+}
+
+
+@pytest.mark.parametrize("name", list(LINEARIZED))
+def test_linearize_through_loops_branches_and_nested_checkpoints_matches_jax(name, backend):
+    f, jf = LINEARIZED[name]
+    x, t = np.array([0.3, -0.2, 0.5], np.float32), np.array([1.0, 0.5, -2.0], np.float32)
+
+    def both(x, t):
+        y, f_jvp = rm.linearize(f, x)
+        return y, f_jvp(t)
+
+    y, ty = rm.jit(both, backend=backend)(rm.asarray(x), rm.asarray(t))
+    jy, jty = jax.jvp(jf, (x,), (t,))
+    for got, want in zip(rm.tree.leaves((y, ty)), jax.tree.leaves((jy, jty))):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=1e-6)
+    _, f_jvp = rm.linearize(f, rm.asarray(x))  # eagerly too
+    want = rm.jvp(f, (rm.asarray(x),), (rm.asarray(t),))[1]
+    for got, w in zip(rm.tree.leaves(f_jvp(rm.asarray(t))), rm.tree.leaves(want), strict=True):
+        _close(got, w, 1e-6)
+
+
 def test_linearize_under_jit_and_vmap():
     x = rm.asarray([0.1, 0.7])
 

@@ -215,3 +215,42 @@ def test_jacobians_through_cond_and_scan_under_jit(name, backend):
         got = rm.jit(getattr(rm, name)(_rm_loops), backend=backend)(x)
         expected = getattr(jax, name)(_jax_loops)(x)
     _close(got, expected, 1e-5, 1e-6)
+
+
+# ---------------------------------------------------------------- the binomial gradient under vmap
+
+
+def _binomial_scan(x, w):
+    return rm.scan(lambda c, _: (rm.sin(c * w) + 0.1, rm.sum(c)), x, length=7, checkpoint=rm.loops.binomial(2))
+
+
+def _jax_scan(x, w):
+    return jax.lax.scan(lambda c, _: (jnp.sin(c * w) + 0.1, jnp.sum(c)), x, length=7)
+
+
+def test_jacrev_through_a_binomial_scan_matches_jax(backend):
+    """jacrev is vmap over the cotangents of vjp: the binomial schedule, which has no batched form,
+    runs once per row (it raised an IndexError eagerly and a ShapeError under jit)."""
+    x, w = np.array([0.3, -0.2, 0.5], np.float32), np.array([1.1, 0.7, -0.4], np.float32)
+    got = rm.jit(rm.jacrev(_binomial_scan, argnums=(0, 1)), backend=backend)(x, w)
+    want = jax.jacrev(_jax_scan, argnums=(0, 1))(x, w)
+    for g, e in zip(rm.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        _close(g, e, 2e-5, 1e-6)
+    eager = rm.jacrev(lambda x: _binomial_scan(x, rm.asarray(w))[0])(rm.asarray(x))
+    _close(eager, jax.jacrev(lambda x: _jax_scan(x, w)[0])(x), 2e-5, 1e-6)
+
+
+def test_per_example_gradients_through_a_binomial_scan_under_two_vmaps():
+    xs = np.random.default_rng(0).normal(size=(2, 3, 4)).astype(np.float32)
+    w = np.array([0.5, -0.3, 0.9, 0.2], np.float32)
+    loss = lambda x, w: rm.sum(_binomial_scan(x, w)[0] ** 2)  # noqa: E731
+    got = rm.vmap(rm.vmap(rm.grad(loss, argnums=1), in_axes=(0, None)), in_axes=(0, None))(xs, w)
+    jloss = lambda x, w: jnp.sum(_jax_scan(x, w)[0] ** 2)  # noqa: E731
+    want = jax.vmap(jax.vmap(jax.grad(jloss, argnums=1), in_axes=(0, None)), in_axes=(0, None))(xs, w)
+    assert got.shape == (2, 3, 4)
+    _close(got, want, 2e-5, 1e-6)
+
+
+def test_hessian_through_a_binomial_scan_is_a_clear_error():
+    with pytest.raises(rm.ArgumentTypeError, match=r"binomial\(2\) cannot be differentiated in forward mode"):
+        rm.hessian(lambda x: rm.sum(_binomial_scan(x, rm.ones((3,)))[0]))(rm.ones((3,)))

@@ -290,24 +290,49 @@ def partial_eval(g: Graph, known_inputs: set, n_out: int) -> tuple[Graph, Graph]
     inputs and the values its policy saves."""
     tangent_inputs = [v for v in g.inputs if v not in known_inputs]
     unknown: set[Var] = set(tangent_inputs)
-    known_nodes, linear_nodes = [], []
-    for node in g.nodes:
-        if not any(v in unknown for v in node.inputs):
-            known_nodes.append(node)
-        elif node.op == "checkpoint" and not all(v in unknown for v in node.inputs):
-            k, lin = split_checkpoint(node, unknown)
-            known_nodes.append(k)
-            linear_nodes.append(lin)
-            unknown.update(lin.outputs)
-        else:
-            linear_nodes.append(node)
-            unknown.update(node.outputs)
+    known_nodes, linear_nodes = _split_nodes(g.nodes, unknown)
     read = [v for n in linear_nodes for v in n.inputs] + list(g.outputs[n_out:])
     residuals = [v for v in dict.fromkeys(read) if v not in unknown and v not in g.constants]
     known_in = [v for v in g.inputs if v in known_inputs]
     known = _pruned(known_in, list(g.outputs[:n_out]) + residuals, known_nodes, g.constants)
     linear = _pruned(residuals + tangent_inputs, list(g.outputs[n_out:]), linear_nodes, g.constants)
     return known, linear
+
+
+def _split_nodes(nodes: list[Node], unknown: set) -> tuple[list[Node], list[Node]]:
+    """(known nodes, linear nodes) of `nodes`, whose inputs in `unknown` are tangents; `unknown`
+    gains every tangent they make. A block reading both is split: a checkpoint into a primal and
+    a linear checkpoint, a loop or cond into its primal part (known) and itself (linear)."""
+    known, linear = [], []
+    for node in nodes:
+        if not any(v in unknown for v in node.inputs):
+            known.append(node)
+        elif node.op == "checkpoint" and not all(v in unknown for v in node.inputs):
+            k, lin = split_checkpoint(node, unknown)
+            known.append(k)
+            linear.append(lin)
+            unknown.update(lin.outputs)
+        else:
+            primal = _primal_part(node, unknown)
+            if primal is not None:
+                known.append(primal)
+            linear.append(node)
+            unknown.update(v for v in node.outputs if primal is None or v not in primal.outputs)
+    return known, linear
+
+
+def _primal_part(node: Node, unknown: set) -> Node | None:
+    """A block computing values and tangents together (a loop or a cond under forward mode)
+    reduced by its prune rule to the outputs that read no tangent, or None (no such output, or
+    no prune rule). The linear side computes those values again, as a checkpoint does; JAX keeps
+    per-step residuals instead."""
+    from remat.ops.core import OPS
+
+    prune = OPS[node.op].prune
+    if prune is None:
+        return None
+    primal = {v for v in node.outputs if not any(u in unknown for u in prune(node, {v}).inputs)}
+    return prune(node, primal) if primal else None
 
 
 def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:
@@ -320,13 +345,8 @@ def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:
     n_out = len(body.outputs) - node.params.get("num_residuals", 0)
     known_pos = [i for i, v in enumerate(node.inputs) if v not in unknown]
     dep = {body.inputs[i] for i, v in enumerate(node.inputs) if v in unknown}
-    primal_nodes = []
-    for n in body.nodes:
-        if any(v in dep for v in n.inputs):
-            dep.update(n.outputs)
-        else:
-            primal_nodes.append(n)
-    kept = _saved_by_policy(primal_nodes, [n for n in body.nodes if n not in primal_nodes], policies.resolve(policy))
+    primal_nodes, tangent_nodes = _split_nodes(body.nodes, dep)
+    kept = _saved_by_policy(primal_nodes, tangent_nodes, policies.resolve(policy))
     known_outs = [k for k in range(n_out) if body.outputs[k] not in dep]
     known_body = _pruned([body.inputs[i] for i in known_pos], [body.outputs[k] for k in known_outs] + kept,
                          primal_nodes, body.constants)

@@ -23,6 +23,7 @@ from remat.argcheck import check_callable, describe, leaf_paths
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name
 from remat.graph import Graph
 from remat.loops.body import shared_captures, tensor_leaves, type_of, widen
+from remat.loops.prune import prune_cond
 from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.elementwise import astype, clip, equal, where
 from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like, trace_function
@@ -97,6 +98,7 @@ def _cond_jvp(ts, index, *operands, **branches):
 
 
 cond_op = declare("cond", _cond_rule, _cond_vjp, multiple_results=True, jvp=BlockJVP(_cond_jvp))
+cond_op.prune = prune_cond
 
 
 def switch_flat(index: Tensor, fns: list[Callable], operands: list[Tensor], names: list[str]) -> list[Tensor]:

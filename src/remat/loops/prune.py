@@ -71,3 +71,42 @@ def prune_scan(node: Node, live: set[Var]) -> Node:
         params["skip_last"] = True
     return Node(node.op, [node.inputs[i] for i in ins], [outs[k] for k in kept] + list(outs[n_body:]), params,
                 node.source)
+
+
+def prune_cond(node: Node, live: set[Var]) -> Node:
+    """A cond computing only the outputs read, its branches reading only what those need."""
+    branches = {k: g for k, g in node.params.items() if k.startswith("branch")}
+    kept = [k for k, v in enumerate(node.outputs) if v in live]
+    reads = [sub_graph(g, [], kept)[1] for g in branches.values()]
+    ins = [i for i in range(len(node.inputs) - 1) if any(g.inputs[i] in r for g, r in zip(branches.values(), reads))]
+    new = {k: sub_graph(g, ins, kept)[0] for k, g in branches.items()}
+    if all(_unchanged(branches[k], new[k]) for k in branches):
+        return node
+    return Node(node.op, [node.inputs[0], *(node.inputs[1 + i] for i in ins)], [node.outputs[k] for k in kept],
+                {**node.params, **new}, node.source)
+
+
+def prune_while(node: Node, live: set[Var]) -> Node:
+    """A while loop carrying only what its condition and the outputs read, and what those carries
+    read in turn (a fixed point); its forward-mode tangents go when only its values are read."""
+    cond, body, nc = node.params["cond"], node.params["body"], node.params["num_carry"]
+    n_cond = len(cond.inputs) - nc
+    _, cond_read = sub_graph(cond, [], [0])
+    want = {i for i in range(nc) if node.outputs[i] in live or cond.inputs[i] in cond_read}
+    while True:
+        _, read = sub_graph(body, [], sorted(want))
+        more = {i for i in range(nc) if body.inputs[i] in read} - want
+        if not more:
+            break
+        want |= more
+    carries = sorted(want)
+    cond_caps = [nc + j for j in range(n_cond) if cond.inputs[nc + j] in cond_read]
+    body_caps = [i for i in range(nc, len(body.inputs)) if body.inputs[i] in read]
+    new_body, _ = sub_graph(body, carries + body_caps, carries)
+    new_cond, _ = sub_graph(cond, carries + cond_caps, [0])
+    if _unchanged(body, new_body) and _unchanged(cond, new_cond):
+        return node
+    inputs = [node.inputs[i] for i in carries] + [node.inputs[i] for i in cond_caps]
+    inputs += [node.inputs[n_cond + i] for i in body_caps]
+    return Node(node.op, inputs, [node.outputs[i] for i in carries],
+                {**node.params, "cond": new_cond, "body": new_body, "num_carry": len(carries)}, node.source)

@@ -39,6 +39,7 @@ from remat.loops.prune import sub_graph
 from remat.loops.scan_vjp import _graph, _or_zeros, _outputs, _producer, split
 from remat.ops.core import Aval, BlockJVP, declare
 from remat.trace import Tensor, bind, current_trace, new_trace
+from remat.vectorize import RULES
 
 
 def _rule(*avals, advance: Graph, step: Graph, length: int, reverse: bool, snapshots: int, num_carry: int,
@@ -135,6 +136,35 @@ def prune_binomial(node: Node, live: set[Var]) -> Node:
 
 
 scan_binomial_op.prune = prune_binomial
+
+
+def _one_entry_at_a_time(op, tensors: list[Tensor], params: dict, names: tuple) -> tuple:
+    """The binomial gradient under vmap (`jacrev`, per-example gradients): its schedule holds
+    carries in snapshot buffers and reads xs step by step, so it has no batched form; a scan over
+    the first vectorized axis runs it once per entry (the others, if any, take this rule again
+    inside), each entry in the memory of one."""
+    from remat.loops.scan import scan
+    from remat.vectorize import devectorize, vectorize
+
+    if params.get("resumed"):  # from c0 again: the sweep's snapshot buffers, which it overwrites, are shared here
+        nc = params["num_carry"]
+        shots, last = tensors[:nc], tensors[nc : 2 * nc]
+        c0 = [s[0] for s in shots] if shots and shots[0].shape[0] else list(last)
+        tensors, params = [*c0, *tensors[2 * nc :]], {k: v for k, v in params.items() if k != "resumed"}
+    name = names[0][0]
+    batched = [i for i, t in enumerate(tensors) if name in dict(t._vaxes)]
+
+    def one(carry, entry):
+        args = list(tensors)
+        for i, x in zip(batched, entry):
+            args[i] = x
+        return carry, tuple(bind(op, *args, **params))
+
+    _, ys = scan(one, (), tuple(devectorize(tensors[i], name) for i in batched))
+    return tuple(vectorize(y, name) for y in ys)
+
+
+RULES["scan_binomial"] = _one_entry_at_a_time
 
 
 def _step_graph(body: Graph, sp, nc: int, nx: int, invariant: list[Tensor], ct_ys: list[Tensor]) -> Graph:

@@ -20,6 +20,7 @@ from remat.argcheck import check_callable, is_int, short_repr
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, user_source
 from remat.graph import Graph
 from remat.loops.body import Carry, check_like, tensor_leaves
+from remat.loops.prune import prune_while
 from remat.loops.scan import scan
 from remat.ops.core import NOT_DIFFERENTIABLE, Aval, BlockJVP, declare
 from remat.ops.elementwise import astype, where
@@ -98,6 +99,7 @@ def _while_jvp(ts, *inputs, cond: Graph, body: Graph, num_carry: int):
 
 
 while_op = declare("while", _while_rule, _while_vjp, multiple_results=True, jvp=BlockJVP(_while_jvp))
+while_op.prune = prune_while
 
 
 def while_loop(cond_fun: Callable, body_fun: Callable, init):
