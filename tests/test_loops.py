@@ -957,3 +957,18 @@ def test_rnn_model_equals_jax(backend, rng):
         step = rm.value_and_grad(lambda p, h0, xs, ck=checkpoint: models.rnn_loss(p, h0, xs, ck))
         value, grads = run_on(backend, step, params, h0, xs)
         assert_close((value, grads), expected)
+
+
+@pytest.mark.parametrize("checkpoint", [None, "step", rm.loops.segments(2), rm.loops.binomial(2)],
+                         ids=["plain", "step", "segments", "binomial"])
+def test_a_scan_of_no_steps_returns_its_carry_and_empty_ys_as_jax(checkpoint, backend):
+    """With segments, length 0 once returned no ys at all (JAX: ys of shape (0, ...))."""
+    def f(c, xs):
+        return rm.scan(lambda c, x: (c + x, (c * 2, rm.sum(c))), c, xs, checkpoint=checkpoint)
+
+    c, (ys, sums) = rm.jit(f, backend=backend)(rm.ones((2,)), rm.ones((0, 2)))
+    jc, (jys, jsums) = jax.lax.scan(lambda c, x: (c + x, (c * 2, jnp.sum(c))), jnp.ones(2), jnp.ones((0, 2)))
+    assert (ys.shape, sums.shape) == (jys.shape, jsums.shape) == ((0, 2), (0,))
+    np.testing.assert_array_equal(np.asarray(c), np.asarray(jc))
+    g = rm.jit(rm.grad(lambda c, xs: rm.sum(f(c, xs)[0])), backend=backend)(rm.ones((2,)), rm.ones((0, 2)))
+    np.testing.assert_array_equal(np.asarray(g), [1.0, 1.0])

@@ -500,3 +500,14 @@ def test_cross_entropy_matches_its_definition():
 def test_cross_entropy_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match=r"logits \(4, 5\) must be labels \(3,\)"):
         rm.nn.cross_entropy(rm.zeros((4, 5)), rm.asarray([0, 1, 2]))
+
+
+def test_uniform_with_maxval_below_minval_gives_minval_as_jax(backend):
+    import jax
+
+    got = rm.jit(lambda k: rm.random.uniform(k, (64,), minval=2.0, maxval=1.0), backend=backend)(KEY)
+    want = jax.random.uniform(jax.random.key(0), (64,), minval=2.0, maxval=1.0)
+    np.testing.assert_array_equal(np.asarray(got), np.full(64, 2.0, np.float32))
+    np.testing.assert_array_equal(np.asarray(want), np.full(64, 2.0, np.float32))
+    inside = np.asarray(rm.random.uniform(KEY, (1000,), minval=-1.0, maxval=3.0))
+    assert inside.min() >= -1.0 and inside.max() < 3.0

@@ -110,7 +110,8 @@ def fold_in(key: Tensor, data) -> Tensor:
 def uniform(key: Tensor, shape=(), dtype=dtypes.float32, minval=0.0, maxval=1.0) -> Tensor:
     """Uniform numbers in [minval, maxval) of `shape` and float `dtype`. In [0, 1) they are
     multiples of 2**-24 (float32) or 2**-53 (float64); the scaled ones, `minval + u * (maxval -
-    minval)` computed in `dtype` (Python bounds converted to it exactly), may round to `maxval`.
+    minval)` computed in `dtype` (Python bounds converted to it exactly), may round to `maxval`,
+    and are at least `minval`: where `maxval < minval` every number is `minval`, as in JAX.
 
     >>> import numpy as np, remat as rm
     >>> u = np.asarray(rm.random.uniform(rm.random.key(0), (1000,), minval=-2.0, maxval=2.0))
@@ -122,7 +123,7 @@ def uniform(key: Tensor, shape=(), dtype=dtypes.float32, minval=0.0, maxval=1.0)
     if _is_number(minval, 0) and _is_number(maxval, 1):
         return u
     lo, hi = asarray(minval, dtype), asarray(maxval, dtype)
-    return add(multiply(u, subtract(hi, lo)), lo)
+    return maximum(lo, add(multiply(u, subtract(hi, lo)), lo))
 
 
 def normal(key: Tensor, shape=(), dtype=dtypes.float32) -> Tensor:

@@ -41,10 +41,15 @@ def _index_add(x, idx, upd, *, axis):
 
 
 def _cumulative(fn, x, axis, reverse):
-    # In x's own dtype (NumPy would widen int32 to int64), wrapping as XLA does.
+    # In x's own dtype (NumPy would widen int32 to int64), wrapping as XLA does; bfloat16 and
+    # float16 accumulated in float32 and rounded once per output (low_precision.xla_cumulative).
+    low = x.dtype in low_precision.LOW
+    acc = low_precision.ACCUMULATOR if low else x.dtype
     if reverse:
-        return np.flip(fn(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
-    return fn(x, axis=axis, dtype=x.dtype)
+        out = np.flip(fn(np.flip(x, axis), axis=axis, dtype=acc), axis)
+    else:
+        out = fn(x, axis=axis, dtype=acc)
+    return low_precision.numpy_convert(out, dtype=x.dtype) if low else out
 
 
 def _sort(x, *, axis):

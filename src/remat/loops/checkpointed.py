@@ -26,6 +26,8 @@ def step_checkpointed(fn: Callable) -> Callable:
 def segmented(scan: Callable, fn: Callable, init, xs, length: int, size: int, reverse: bool, unroll: int):
     """`scan(fn, init, xs)` as a scan over segments of `size` steps, each a checkpointed scan,
     then one checkpointed scan over the steps left over (in the loop's order of steps)."""
+    if not length:  # no step to checkpoint; the plain scan gives the ys their (0, ...) shapes
+        return scan(fn, init, xs, length=0, reverse=reverse, unroll=unroll)
     q, r = divmod(length, size)
     full = q * size
 
