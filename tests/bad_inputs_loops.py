@@ -117,6 +117,10 @@ CASES: list[Case] = [
     Case("loops-while-reverse-mode", _grad_of_while, rm.ArgumentTypeError,
          (r"while_loop", r"reverse-mode", r"rm\.scan", r"fori_loop with Python int bounds")),
     # ---- cond, switch
+    Case("loops-cond-branch-takes-two", lambda: rm.cond(rm.asarray(True), lambda a, b: a, lambda a: a, V3),
+         rm.ArgumentTypeError, (r"^cond:", r"true_fn <lambda> cannot take the 1 operand passed", r"'b'")),
+    Case("loops-switch-branch-takes-none", lambda: rm.switch(rm.asarray(0), [lambda a: a, lambda: V3], V3),
+         rm.ArgumentTypeError, (r"^switch:", r"branches\[1\] <lambda> cannot take the 1 operand", r"too many")),
     Case("loops-cond-pred-an-int", lambda: rm.cond(rm.asarray(1), lambda: V3, lambda: V3), rm.DTypeError,
          (r"^cond:", r"pred", r"int32", r"rm\.switch")),
     Case("loops-cond-pred-a-vector", lambda: rm.cond(V3 > 0, lambda: V3, lambda: V3), rm.ShapeError,

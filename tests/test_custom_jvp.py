@@ -169,3 +169,44 @@ def test_mistakes_are_named():
     g.defjvp(lambda p, t: (p[0] * 2.0, rm.ones((3,))))
     with pytest.raises(rm.ShapeError, match=r"tangent of shape \(3,\) for an output of shape \(\)"):
         rm.grad(g)(rm.asarray(1.0))
+
+
+def test_symbolic_zeros_tell_the_rule_which_arguments_move_as_in_jax(backend):
+    """defjvp(rule, symbolic_zeros=True) once raised a raw TypeError. The rule sees a SymbolicZero
+    for an argument with no tangent (and may return one); its results match JAX's."""
+    seen: list = []
+
+    def make(ns, zero_type):
+        f = ns.custom_jvp(lambda x, y: ns_sin(ns)(x) * y)
+
+        def rule(primals, tangents):
+            x, y = primals
+            tx, ty = tangents
+            seen.append(tuple(isinstance(t, zero_type) for t in tangents))
+            parts = [] if isinstance(tx, zero_type) else [ns_cos(ns)(x) * y * tx]
+            parts += [] if isinstance(ty, zero_type) else [ns_sin(ns)(x) * ty]
+            return f(x, y), sum(parts) if parts else zero_type(x.shape, x.dtype)
+
+        f.defjvp(rule, symbolic_zeros=True)
+        return f
+
+    ours, theirs = make(rm, rm.SymbolicZero), make(jax, jax.custom_derivatives.SymbolicZero)
+    x, y = np.float32(0.7), np.float32(1.5)
+    got = rm.jit(lambda x, y: rm.jvp(lambda a: ours(a, y), (x,), (rm.ones_like(x),)), backend=backend)(x, y)
+    assert seen[-1] == (False, True)  # y is not differentiated: its tangent is a symbolic zero
+    want = jax.jvp(lambda a: theirs(a, y), (x,), (np.float32(1.0),))
+    np.testing.assert_allclose([float(g) for g in got], [float(w) for w in want], rtol=1e-6)
+    g = rm.jit(rm.grad(lambda x, y: ours(x, y), argnums=(0, 1)), backend=backend)(x, y)
+    np.testing.assert_allclose([float(v) for v in g], [np.cos(0.7) * 1.5, np.sin(0.7)], rtol=1e-5)
+    none = rm.jvp(lambda a: ours(x, y) * a, (rm.asarray(2.0),), (rm.asarray(1.0),))[1]  # no argument moves
+    np.testing.assert_allclose(float(none), np.sin(0.7) * 1.5, rtol=1e-6)
+    with pytest.raises(rm.ArgumentTypeError, match=r"symbolic_zeros must be True or False, got 'yes'"):
+        ours.defjvp(lambda p, t: (p, t), symbolic_zeros="yes")
+
+
+def ns_sin(ns):
+    return rm.sin if ns is rm else jnp.sin
+
+
+def ns_cos(ns):
+    return rm.cos if ns is rm else jnp.cos

@@ -12,7 +12,7 @@ from importlib import metadata as _metadata
 from remat import dtypes, linalg, memory, nn, optim, policies, random, tree
 from remat.autodiff import grad, value_and_grad, vjp
 from remat.checkpoint import checkpoint, checkpoint_sequential, remat
-from remat.custom_jvp import custom_jvp
+from remat.custom_jvp import SymbolicZero, custom_jvp
 from remat.custom_vjp import custom_vjp
 from remat.dtypes import bfloat16, bool_, float16, float32, float64, int32, int64
 from remat.errors import (

@@ -29,6 +29,38 @@ from remat.ops.core import Aval, BlockJVP, declare
 from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_function
 
 
+class SymbolicZero:
+    """A zero tangent, as JAX's `jax.custom_derivatives.SymbolicZero`: a rule set with
+    `defjvp(rule, symbolic_zeros=True)` gets one in place of a tensor of zeros (with the primal's
+    `shape` and `dtype`, so it can tell which arguments move), and may return one for an output
+    whose tangent is zero. `instantiate()` makes the zeros.
+
+    >>> import remat as rm
+    >>> f = rm.custom_jvp(lambda x, y: x * y)
+    >>> def rule(primals, tangents):
+    ...     x, y = primals
+    ...     tx, ty = tangents
+    ...     moving = [t * o for t, o in ((tx, y), (ty, x)) if not isinstance(t, rm.SymbolicZero)]
+    ...     return x * y, sum(moving) if moving else rm.SymbolicZero((), x.dtype)
+    >>> _ = f.defjvp(rule, symbolic_zeros=True)
+    >>> rm.jvp(lambda x: f(x, rm.asarray(3.0)), (rm.asarray(2.0),), (rm.asarray(1.0),))[1]
+    Tensor(3., dtype=float32)
+    """
+
+    def __init__(self, shape: tuple[int, ...], dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def instantiate(self) -> Tensor:
+        return Tensor._concrete(np.zeros(self.shape, self.dtype))
+
+    def __repr__(self) -> str:
+        return f"SymbolicZero({self.shape}, {self.dtype})"
+
+
 @dataclass(frozen=True, eq=False)
 class JVPRule:
     """What the node's rules need to call the user's JVP rule; prints as its name."""
@@ -41,6 +73,7 @@ class JVPRule:
     in_vaxes: tuple
     out_tree: tree.TreeDef
     out_vaxes: tuple
+    symbolic_zeros: bool = False
 
     def __str__(self) -> str:
         return callable_name(self.rule)
@@ -50,11 +83,12 @@ class JVPRule:
         from remat.vectorize import cotangent_layout, from_raw_layout
 
         prim = [x._relabel(v) for x, v in zip(inputs, self.in_vaxes)]
-        tans = [_zeros_like(p) if t is None else from_raw_layout(t, v)
-                for p, t, v in zip(prim, tangents, self.in_vaxes)]
+        zero = (lambda p: SymbolicZero(p.shape, p.dtype)) if self.symbolic_zeros else _zeros_like
+        tans = [zero(p) if t is None else from_raw_layout(t, v) for p, t, v in zip(prim, tangents, self.in_vaxes)]
         out, tout = self.rule(*[v for _, v in self.nondiff], self._args(prim), self._args(tans))
         where = f"custom_jvp: the rule {callable_name(self.rule)} of {self.fn_name}"
         outs = _like(where, "primal output", out, self.out_tree)
+        tout = tree.map(lambda t: t.instantiate() if isinstance(t, SymbolicZero) else t, tout)
         touts = _like(where, "tangent output", tout, self.out_tree)
         for o, t in zip(outs, touts):
             if t.shape != o.shape:
@@ -144,13 +178,18 @@ class custom_jvp:
         self.fn = fn
         self.nondiff_argnums = argcheck.argnums(nondiff_argnums, "custom_jvp", fn, "nondiff_argnums")
         self.rule: Callable | None = None
+        self.symbolic_zeros = False
         functools.update_wrapper(self, fn, updated=())
 
-    def defjvp(self, rule: Callable) -> Callable:
+    def defjvp(self, rule: Callable, symbolic_zeros: bool = False) -> Callable:
         """Set the JVP rule `rule(primals, tangents) -> (out, tangent_out)`; returns it, so it
-        can be used as a decorator."""
+        can be used as a decorator. With `symbolic_zeros`, a zero tangent reaches the rule as a
+        `SymbolicZero` (as in JAX), and the rule may return one."""
         argcheck.check_callable(rule, f"custom_jvp: defjvp of {callable_name(self.fn)}", "rule")
-        self.rule = rule
+        if not isinstance(symbolic_zeros, (bool, np.bool_)):
+            raise ArgumentTypeError(f"custom_jvp: defjvp of {callable_name(self.fn)}: symbolic_zeros must be True or "
+                                    f"False, got {argcheck.short_repr(symbolic_zeros)}")
+        self.rule, self.symbolic_zeros = rule, bool(symbolic_zeros)
         return rule
 
     def defjvps(self, *jvps: Callable | None) -> None:
@@ -174,7 +213,7 @@ class custom_jvp:
             return out, total
 
         rule.__name__ = f"defjvps({callable_name(fn)})"
-        self.rule = rule
+        self.rule, self.symbolic_zeros = rule, False
 
     def _call_fn(self, nondiff: tuple, primals: tuple):
         args: list = list(primals)
@@ -217,6 +256,6 @@ class custom_jvp:
                 f"scope; its derivative would be lost: pass it to {callable_name(self.fn)} as an argument instead"
             )
         rule = JVPRule(callable_name(self.fn), self.rule, nondiff, static, n_args, tuple(x._vaxes for x in inputs),
-                       traced.out_tree, tuple(traced.out_vaxes))
+                       traced.out_tree, tuple(traced.out_vaxes), self.symbolic_zeros)
         outs = bind(_custom_jvp, *[x._raw() for x in inputs], body=traced.graph, jvp=rule)
         return traced.wrap_outputs(list(outs))

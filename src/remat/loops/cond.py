@@ -14,6 +14,7 @@ branch and selects the results with `where`, as JAX does.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -157,6 +158,18 @@ def switch(index, branches: Sequence[Callable], *operands):
     return _branch("switch", astype(i, "int32"), list(branches), labels, operands)
 
 
+def _takes(loop: str, fn: Callable, label: str, n: int) -> None:
+    """A branch that cannot be called with the `n` operands is named before anything is traced."""
+    try:
+        inspect.signature(fn).bind(*range(n))
+    except TypeError as e:
+        given = f"{n} operand{'s' if n != 1 else ''}"
+        raise ArgumentTypeError(f"{loop}: {label} cannot take the {given} passed ({e}); every branch takes the "
+                                "operands, in order") from None
+    except ValueError:  # no signature to read: the call will tell
+        pass
+
+
 def _scalar(loop: str, name: str, value) -> Tensor:
     if not is_tensor_like(value):
         raise ArgumentTypeError(f"{loop}: {name} must be a scalar tensor, got {describe(value)}")
@@ -169,6 +182,8 @@ def _scalar(loop: str, name: str, value) -> Tensor:
 
 def _branch(loop: str, index: Tensor, fns: list[Callable], labels: list[str], operands: tuple):
     leaves, op_tree = tensor_leaves(operands, loop, "operands")
+    for fn, label in zip(fns, labels):
+        _takes(loop, fn, label, len(operands))
     if len(fns) == 1:
         return fns[0](*operands)
     if index._vaxes:
