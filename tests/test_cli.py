@@ -110,3 +110,12 @@ def test_bench_models_have_the_gradients_of_their_jax_twins(model):
     want = jax.grad(theirs)(params)
     for a, b in zip(rm.tree.leaves(got), jax.tree_util.tree_leaves(want)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+
+
+def test_demo_without_its_extra_names_the_install_command(monkeypatch, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("sklearn", "tqdm") else
+                        real(name, *a))
+    assert main(["demo", "--quick", "--no-plot"]) == 1
+    err = capsys.readouterr().err
+    assert "remat demo needs scikit-learn, tqdm, which are not installed: pip install 'remat[demo]'" in err

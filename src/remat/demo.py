@@ -192,8 +192,25 @@ def table(results: list[Result], data, backend: str) -> str:
     return "\n".join([line(rows[0]), sep, *map(line, rows[1:])])
 
 
+#: What the demo imports beyond remat: (module, the package that provides it, needed when).
+_NEEDS = (("sklearn", "scikit-learn", "always"), ("tqdm", "tqdm", "progress"), ("matplotlib", "matplotlib", "plot"))
+
+
+def missing_packages(progress: bool, plot) -> list[str]:
+    """The packages of the demo extra that this run needs and this environment lacks."""
+    import importlib.util
+
+    wanted = {"always": True, "progress": progress, "plot": bool(plot)}
+    return [package for module, package, when in _NEEDS if wanted[when] and importlib.util.find_spec(module) is None]
+
+
 def run(quick: bool = False, backend: str = "numpy", plot: str | None = "remat-demo-memory.png",
         epochs: int | None = None, progress: bool = True) -> int:
+    missing = missing_packages(progress, plot)
+    if missing:
+        print(f"remat demo needs {', '.join(missing)}, which are not installed: pip install 'remat[demo]'",
+              file=sys.stderr)
+        return 1
     sizes = QUICK if quick else FULL
     if epochs is not None:
         sizes = Sizes(sizes.depth, sizes.width, sizes.batch, epochs, sizes.lr)
