@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -85,7 +85,10 @@ def _checkpoint_vjp(gs, *inputs, out, body: Graph, saved, policy, num_residuals=
     read = {v for n in graph.nodes for v in n.inputs} | set(graph.outputs)
     first_ct = len(explicit) + len(residuals)
     tie = [k for k in range(len(flat)) if k >= first_ct or graph.inputs[k] in read]
-    tied = dict(zip(tie, barrier(*[flat[k] for k in tie]) if prevent_cse else [flat[k] for k in tie]))
+    # prevent_cse: a bool, or one flag per explicit input (residuals and cotangents always tied)
+    barred = [k for k in tie if prevent_cse is True or (prevent_cse and (k >= len(explicit) or prevent_cse[k]))]
+    tied = {k: flat[k] for k in tie}
+    tied.update(zip(barred, barrier(*[flat[k] for k in barred]) if barred else []))
     used = [k for k in tie if graph.inputs[k] in read]
     caps = [k for k in range(len(flat), len(graph.inputs)) if graph.inputs[k] in read]
     sub = Graph([graph.inputs[k] for k in used + caps], graph.outputs, graph.nodes, graph.constants)
@@ -95,7 +98,7 @@ def _checkpoint_vjp(gs, *inputs, out, body: Graph, saved, policy, num_residuals=
     # No policy: its residuals would be computed by every first-order gradient for the sake of
     # a second order that most never take; grad of grad recomputes the backward block whole.
     outs = _bind_block(sub, [tied[k]._raw() for k in used], captured, None, guarantee=False,
-                       prevent_cse=prevent_cse, differentiated=True)
+                       prevent_cse=bool(barred), differentiated=True)
     return tuple(traced.wrap_outputs(outs))
 
 
@@ -146,6 +149,8 @@ def _checkpoint_jvp(ts, *inputs, body: Graph, saved, policy, prevent_cse=True, *
         outs, touts = jvp_graph(body, prim, tans)
         return outs, instantiate(touts, body.outputs)
 
+    if isinstance(prevent_cse, tuple):  # the tangents of the explicit inputs are tied, as in JAX
+        prevent_cse = prevent_cse + (True,) * (len(explicit) - len(saved))
     outs, touts = checkpoint(jvp_body, *explicit, policy=policy, prevent_cse=prevent_cse)
     return outs, instantiate(touts, body.outputs, none=True)
 
@@ -176,13 +181,16 @@ _checkpoint.prune = _prune
 
 
 def _bind_block(graph: Graph, explicit: list[Tensor], captured: list[Tensor], policy, guarantee: bool,
-                prevent_cse: bool = True, differentiated: bool = False) -> list[Tensor]:
-    """Record `graph` as a checkpoint block on `explicit + captured`; its outputs (residuals left out)."""
+                prevent_cse: bool | tuple[bool, ...] = True, differentiated: bool = False) -> list[Tensor]:
+    """Record `graph` as a checkpoint block on `explicit + captured`; its outputs (residuals left
+    out). `prevent_cse`: a bool, or one flag per explicit input."""
     graph, residuals = _residuals(graph, policies.resolve(policy), guarantee)
     saved = tuple(range(len(explicit))) if explicit else tuple(range(len(captured)))
+    if isinstance(prevent_cse, tuple) and (all(prevent_cse) or not any(prevent_cse)):
+        prevent_cse = all(prevent_cse)
     # Params at their defaults are left out, so graphs print short.
     extra = {"num_residuals": len(residuals)} if residuals else {}
-    extra.update({} if prevent_cse else {"prevent_cse": False})
+    extra.update({} if prevent_cse is True else {"prevent_cse": prevent_cse})
     extra.update({"differentiated": True} if differentiated else {})
     body = Graph(graph.inputs, graph.outputs + residuals, graph.nodes, graph.constants)
     outs = bind(_checkpoint, *explicit, *captured, body=body, saved=saved, policy=policy, **extra)
@@ -242,13 +250,16 @@ def _walk(body: Graph, chosen: list[set[Var]], needed: set[Var]) -> tuple[list[V
 # ---------------------------------------------------------------- the public API
 
 
-def checkpoint(fn: Callable, *args, policy=None, static_argnums=(), prevent_cse: bool = True, **kwargs):
+def checkpoint(fn: Callable, *args, policy=None, static_argnums=(), prevent_cse: bool | Sequence = True, **kwargs):
     """Run `fn(*args, **kwargs)` as a checkpoint block: its gradient recomputes the body instead of
     keeping its intermediate values. Tensors among `args` and `kwargs` are the explicit inputs
     (they get gradients); tensors `fn` reads from enclosing scope are captured; other values
     (numbers, strings, None, and the arguments at `static_argnums`) reach `fn` as they are, so
     Python code may branch on them. Non-tensor leaves `fn` returns (numbers, None) come back as
-    they are. `prevent_cse=False` leaves the barrier out of the gradient (see docs/checkpointing.md).
+    they are. `prevent_cse=False` leaves the barrier out of the gradient (see docs/checkpointing.md);
+    a sequence gives a flag per positional argument (static ones left out), each a bool or a
+    pytree of bools shaped like its argument, as `jax.checkpoint` takes it: the arguments
+    flagged False reach the recomputation without passing the barrier.
 
     Called outside any trace, `fn` is traced once per signature and the program reused.
 
@@ -265,9 +276,10 @@ def checkpoint(fn: Callable, *args, policy=None, static_argnums=(), prevent_cse:
     static = set(argcheck.resolve(nums, len(args), "checkpoint", "static_argnums", static_argnums, fn))
     _check_arity(fn, args, kwargs)
     call = _Call(fn, args, kwargs, static)
+    flags = _cse_flags(prevent_cse, call, "checkpoint")
     if current_trace() is None:
         return checkpoint_cache.run_eagerly(call)
-    return _traced_call(call, policy, prevent_cse)
+    return _traced_call(call, policy, flags)
 
 
 class _Call:
@@ -295,7 +307,7 @@ class _Call:
         return self.outputs.rebuild(outs)
 
 
-def _traced_call(call: _Call, policy, prevent_cse: bool):
+def _traced_call(call: _Call, policy, prevent_cse: bool | tuple[bool, ...]):
     explicit = [asarray(x) for x in call.arrays.picked]
     traced = trace_function(call.body, explicit, name=call.name)
     trace = current_trace()
@@ -320,8 +332,42 @@ def _split_outputs(fn: Callable, out) -> tree.Partition:
 
 
 def _check_prevent_cse(value, where: str) -> None:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ArgumentTypeError(f"{where}: prevent_cse must be True or False, got {argcheck.short_repr(value)}")
+    if isinstance(value, (tuple, list)):
+        leaves = tree.leaves(value)
+        if all(isinstance(b, (bool, np.bool_)) for b in leaves):
+            return
+    elif isinstance(value, (bool, np.bool_)):
+        return
+    raise ArgumentTypeError(f"{where}: prevent_cse must be True, False or a sequence of them (one per argument), "
+                            f"got {argcheck.short_repr(value)}")
+
+
+def _cse_flags(prevent_cse, call: _Call, where: str) -> bool | tuple[bool, ...]:
+    """`prevent_cse` as the block takes it: a bool, or one flag per explicit input (a leaf of the
+    tensor arguments), from a sequence with one bool or pytree of bools per non-static
+    positional argument (a prefix of the arguments' pytree, as in JAX)."""
+    if not isinstance(prevent_cse, (tuple, list)):
+        return bool(prevent_cse)
+    dynamic = [a for i, a in enumerate(call.args) if i not in call.static]
+    if len(prevent_cse) != len(dynamic):
+        raise ArgumentValueError(f"{where}: prevent_cse has {len(prevent_cse)} flags for {len(dynamic)} arguments "
+                                 "(static ones left out); give one bool, or a pytree of bools, per argument")
+    if any(is_array(x) for x in tree.leaves(call.arrays.rebuild(call.arrays.picked)[1])):
+        raise ArgumentValueError(f"{where}: prevent_cse as a sequence covers the positional arguments; pass the "
+                                 "tensors given by keyword positionally, or prevent_cse=True/False")
+    flags = []
+    for arg, flag in zip(dynamic, prevent_cse):
+        arrays = [x for x in tree.leaves(arg) if is_array(x)]
+        if isinstance(flag, (bool, np.bool_)):
+            flags += [bool(flag)] * len(arrays)
+            continue
+        leaves, structure = tree.flatten(arg)
+        given, shape = tree.flatten(flag)
+        if structure != shape:
+            raise ArgumentValueError(f"{where}: a prevent_cse flag of structure {shape!r} does not match its argument, "
+                                     f"of structure {structure!r}")
+        flags += [bool(f) for x, f in zip(leaves, given) if is_array(x)]
+    return tuple(flags)
 
 
 def _warn_unknown_names(policy, body: Graph) -> None:
@@ -348,7 +394,8 @@ def _warn_missing(policy, present: list[str]) -> None:
         ), stacklevel=5)
 
 
-def remat(fn: Callable | None = None, policy=None, *, static_argnums=(), prevent_cse: bool = True) -> Callable:
+def remat(fn: Callable | None = None, policy=None, *, static_argnums=(),
+          prevent_cse: bool | Sequence = True) -> Callable:
     """Decorator form of `checkpoint`: the function's arguments are its inputs. Also a decorator
     factory: `@rm.remat(policy=...)`.
 

@@ -108,7 +108,7 @@ def _block(*args, body: Graph, **params):  # the other params are for the VJP ru
     taken = _TAKEN.get()
     # A checkpoint's backward block (`differentiated`, behind a barrier: prevent_cse=False asks
     # for none, and for the recomputation to merge with the forward pass, as in JAX).
-    if taken is None or not params.get("differentiated") or "prevent_cse" in params:
+    if taken is None or not params.get("differentiated") or params.get("prevent_cse") is False:
         # Forward evaluation inlines the body: its internals are temporaries of the executable.
         return tuple(evaluate(body, args))
 
