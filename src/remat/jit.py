@@ -69,7 +69,8 @@ class Lowered:
     was traced for."""
 
     def __init__(self, traced: Traced, backend: str, options: dict, in_tree: tree.TreeDef,
-                 in_signature: tuple, name: str, has_static: bool = False, shardings: tuple | None = None):
+                 in_signature: tuple, name: str, has_static: bool = False, shardings: tuple | None = None,
+                 donated: tuple[int, ...] = ()):
         self.traced = traced
         self.graph = traced.graph
         self.backend = backend
@@ -86,7 +87,13 @@ class Lowered:
             graph, self._host = host_slices(graph)
             graph = offsets_at_run_time(graph)
         placed = {} if shardings is None else {"in_shardings": shardings[0], "out_shardings": shardings[1]}
-        self._program = backends.get(backend).lower(graph, **options, **placed)
+        # Donated arguments: the program's inputs that are whole donated arguments (a slice the
+        # host made of one is not the caller's buffer).
+        if self._host is not None:
+            donated = tuple(k for k, (pos, axis, _, _) in enumerate(self._host.inputs)
+                            if axis is None and pos in donated)
+        extra = {"donated": donated} if donated else {}
+        self._program = backends.get(backend).lower(graph, **options, **placed, **extra)
 
     def as_text(self) -> str:
         """The program handed to the backend: the graph for NumPy, StableHLO for XLA."""
@@ -204,9 +211,11 @@ class Jitted:
 
     def __init__(self, fn: Callable, backend: str, static_argnums: tuple[int, ...],
                  static_argnames: tuple[str, ...], options: dict,
-                 shardings: sharding.JitShardings | None = None):
+                 shardings: sharding.JitShardings | None = None,
+                 donate: tuple[tuple[int, ...], tuple[str, ...]] = ((), ())):
         backends.get(backend)
         self.fn = fn
+        self.donate_argnums, self.donate_argnames = donate
         self.shardings = shardings
         self.backend = backend
         self.static_argnums = static_argnums
@@ -271,7 +280,17 @@ class Jitted:
         if ins is not None:
             shapes = [v.shape for v in traced.graph.outputs]
             placed = ins, self.shardings.outputs(traced.out_tree, shapes, mesh, callable_name(self.fn))
-        return Lowered(traced, self.backend, self.options, treedef, signature, self._name, bool(static), placed)
+        return Lowered(traced, self.backend, self.options, treedef, signature, self._name, bool(static), placed,
+                       self._donated(dynamic, kwargs))
+
+    def _donated(self, dynamic, kwargs) -> tuple[int, ...]:
+        """The positions, among the argument leaves (the program's inputs), of the donated ones."""
+        if not (self.donate_argnums or self.donate_argnames):
+            return ()
+        positions = [i for i in range(len(dynamic) + len(self.static_argnums)) if i not in self.static_argnums]
+        flags = [i in self.donate_argnums for i, a in zip(positions, dynamic) for _ in tree.leaves(a)]
+        flags += [k in self.donate_argnames for k, v in kwargs.items() for _ in tree.leaves(v)]
+        return tuple(k for k, f in enumerate(flags) if f)
 
     def _input_layout(self, dynamic, kwargs, signature) -> tuple:
         """(the mesh bare PartitionSpecs are read on, one NamedSharding or None per argument leaf);
@@ -391,8 +410,8 @@ def call_traced(fn: Callable, args: tuple):
 
 
 def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames=(),
-        precision: str | None = None, in_shardings=None, out_shardings=None, memory_budget=None,
-        strategy=None) -> Jitted:
+        precision: str | None = None, in_shardings=None, out_shardings=None, donate_argnums=(),
+        donate_argnames=(), memory_budget=None, strategy=None) -> Jitted:
     """Trace `fn` once per signature (pytree structure, shapes, dtypes, static values with their
     types) and run it on `backend` ("numpy" or "xla"; on XLA, one executable).
     A static argument may be given by position or by name whichever list names it.
@@ -403,7 +422,10 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames
     `jax.sharding.NamedSharding` or `PartitionSpec` per positional argument that is not static
     (a pytree prefix of it; None: unspecified, a sharded jax.Array keeping its own layout), or
     one for them all; likewise for the output. See remat/sharding.py for the mesh of a bare
-    PartitionSpec.
+    PartitionSpec. `donate_argnums`/`donate_argnames` give up the arguments' buffers, as in
+    `jax.jit`: the program may write its results into them (on XLA a donated `jax.Array` is
+    deleted by the call; on NumPy the evaluator writes elementwise results into a donated array
+    once nothing else reads it, and counts it among the run's buffers).
 
     >>> import remat as rm
     >>> f = rm.jit(lambda x: x * 2.0)
@@ -418,7 +440,19 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames
     nums, names = _static_arguments(fn, static_argnums, static_argnames)
     precision = matmul_precision.canonical(precision, "jit")  # checked on NumPy too, which is always exact
     options = {} if backend == "numpy" else {"precision": precision}
-    return Jitted(fn, backend, nums, names, options, _shardings(backend, in_shardings, out_shardings))
+    donate = _donated_arguments(fn, donate_argnums, donate_argnames, nums, names)
+    return Jitted(fn, backend, nums, names, options, _shardings(backend, in_shardings, out_shardings), donate)
+
+
+def _donated_arguments(fn, donate_argnums, donate_argnames, static_nums, static_names):
+    """(positions, names) of the donated arguments, checked as the static ones are, and never
+    static (a static argument is a Python value, with no buffer to give up)."""
+    nums, names = _static_arguments(fn, donate_argnums, donate_argnames, "donate")
+    both = sorted(set(nums) & set(static_nums)) + sorted(set(names) & set(static_names))
+    if both:
+        raise ArgumentValueError(f"jit: {both[0]!r} is both static and donated; a static argument is a Python "
+                                 "value with no buffer to give up: leave it out of donate_argnums/donate_argnames")
+    return nums, names
 
 
 def _shardings(backend: str, in_shardings, out_shardings) -> sharding.JitShardings | None:
@@ -469,14 +503,15 @@ def check_backend(backend, where: str) -> None:
             f"{where}: unknown backend {backend!r}; known backends: {', '.join(backends.KNOWN)}")
 
 
-def _static_arguments(fn, static_argnums, static_argnames) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """The static positions and names, checked against `fn`'s signature where it can be read,
-    each completed with the other's parameters (a static parameter is static by position and
-    by keyword alike)."""
-    nums = argcheck.argnums(static_argnums, "jit", fn, "static_argnums")
+def _static_arguments(fn, static_argnums, static_argnames,
+                      kind: str = "static") -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The static (or donated: `kind`) positions and names, checked against `fn`'s signature where
+    it can be read, each completed with the other's parameters (a static parameter is static by
+    position and by keyword alike)."""
+    nums = argcheck.argnums(static_argnums, "jit", fn, f"{kind}_argnums")
     names = (static_argnames,) if isinstance(static_argnames, str) else static_argnames
     if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
-        raise ArgumentTypeError(f"jit: static_argnames must be a str or a tuple of str, got "
+        raise ArgumentTypeError(f"jit: {kind}_argnames must be a str or a tuple of str, got "
                                 f"{argcheck.short_repr(static_argnames)}")
     names = tuple(names)
     try:
@@ -487,13 +522,13 @@ def _static_arguments(fn, static_argnums, static_argnames) -> tuple[tuple[int, .
         known = [p.name for p in params if p.kind not in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL)]
         for n in names:
             if n not in known:
-                raise ArgumentValueError(f"jit: static_argnames names {n!r}, which is not a parameter of "
+                raise ArgumentValueError(f"jit: {kind}_argnames names {n!r}, which is not a parameter of "
                                          f"{callable_name(fn)} (its parameters: {', '.join(known) or 'none'})")
     positional = argcheck.positional_params(fn)
     if positional is None:
         if any(i < 0 for i in nums):
             raise ArgumentValueError(
-                f"jit: static_argnums={static_argnums!r} counts from the end, but how many positional "
+                f"jit: {kind}_argnums={static_argnums!r} counts from the end, but how many positional "
                 f"arguments {callable_name(fn)} takes cannot be read (it takes *args or has no "
                 "signature); count from the start instead")
         return nums, names

@@ -261,30 +261,33 @@ def _donation(node, dead: list[Var], env: dict, memory: Memory) -> np.ndarray | 
 class Program:
     """What `lower` gives: the graph itself, which is the program this backend runs."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, donated: tuple[int, ...] = ()):
         self.graph = graph
+        self.donated = donated
 
     def __str__(self) -> str:
         return str(self.graph)
 
     def compile(self) -> Callable:
-        return compile(self.graph)
+        return compile(self.graph, self.donated)
 
 
-def lower(graph: Graph) -> Program:
-    return Program(graph)
+def lower(graph: Graph, donated: tuple[int, ...] = ()) -> Program:
+    return Program(graph, donated)
 
 
-def compile(graph: Graph) -> Callable:
-    """A callable running `graph` on NumPy arrays; `.last_memory` holds its latest Memory."""
+def compile(graph: Graph, donated: tuple[int, ...] = ()) -> Callable:
+    """A callable running `graph` on NumPy arrays; `.last_memory` holds its latest Memory. The
+    inputs at `donated` are the run's: counted, freed after their last use, written into."""
 
     def call(*args):
         # A JAX array on the CPU becomes a read-only view of its own buffer, not a copy; what
         # the run counts and frees are NumPy arrays, so the conversion comes first.
         arrays = [np.asarray(a) for a in args]
         memory = Memory()
-        for a in arrays:
-            memory.external(a)
+        for k, a in enumerate(arrays):
+            if k not in donated:
+                memory.external(a)
         with blas.limited(graph):  # spinning BLAS workers stall everything else (see blas.py)
             outs = run(graph, arrays, memory)
         memory.finish()

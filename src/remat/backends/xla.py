@@ -13,6 +13,7 @@ The step stays one executable, and XLA's buffer report of it is what a run holds
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -224,8 +225,9 @@ class Program:
     `branches`: backward blocks as conditionals (None: on the CPU, see `default_branches`)."""
 
     def __init__(self, graph: Graph, precision: str | None = None, in_shardings=None, out_shardings=None,
-                 branches: bool | None = None):
+                 branches: bool | None = None, donated: tuple[int, ...] = ()):
         self.graph = graph
+        self.donated = donated  # inputs whose buffers the caller gives up
         self.precision = matmul_precision.effective(precision)  # fixed now: later scopes do not change it
         self.branches = default_branches() if branches is None else bool(branches)
         self.x64 = any(v.dtype.itemsize == 8 for v in _all_vars(graph))
@@ -250,8 +252,11 @@ class Program:
                     return evaluate(g, xs[len(held):], dict(zip(held, xs)))
 
             options = {} if self.layout is None else self.layout.jit_options(len(held))
-            with self.mode(), matmul_precision.lowering(self.precision), self._on_mesh():
-                self._lowered = jax.jit(step, **options).lower(jax.ShapeDtypeStruct((), jnp.bool_), *avals)
+            donate = tuple(1 + len(held) + k for k in self.donated)
+            with self.mode(), matmul_precision.lowering(self.precision), self._on_mesh(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*donated buffers were not usable.*")
+                self._lowered = jax.jit(step, donate_argnums=donate, **options).lower(
+                    jax.ShapeDtypeStruct((), jnp.bool_), *avals)
         return self._lowered
 
     def _on_mesh(self):
@@ -335,10 +340,11 @@ def _typed(a, dtype: np.dtype):
 
 
 def lower(graph: Graph, precision: str | None = None, in_shardings=None, out_shardings=None,
-          branches: bool | None = None) -> Program:
+          branches: bool | None = None, donated: tuple[int, ...] = ()) -> Program:
     """The program for `graph`; `.as_text()` lowers it to StableHLO without compiling.
-    `in_shardings`/`out_shardings`: one `NamedSharding` or None per graph input/output."""
-    return Program(graph, precision, in_shardings, out_shardings, branches)
+    `in_shardings`/`out_shardings`: one `NamedSharding` or None per graph input/output;
+    `donated`: the inputs whose buffers the executable may take over (`jax.jit`'s donation)."""
+    return Program(graph, precision, in_shardings, out_shardings, branches, donated)
 
 
 def compile(graph: Graph, precision: str | None = None, in_shardings=None, out_shardings=None,
