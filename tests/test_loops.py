@@ -972,3 +972,26 @@ def test_a_scan_of_no_steps_returns_its_carry_and_empty_ys_as_jax(checkpoint, ba
     np.testing.assert_array_equal(np.asarray(c), np.asarray(jc))
     g = rm.jit(rm.grad(lambda c, xs: rm.sum(f(c, xs)[0])), backend=backend)(rm.ones((2,)), rm.ones((0, 2)))
     np.testing.assert_array_equal(np.asarray(g), [1.0, 1.0])
+
+
+BRANCHY = {  # a branch that is NaN (or infinite) where it is not taken
+    "cond sqrt": (lambda v: rm.cond(v > 0, rm.sqrt, lambda a: a * 2.0, v),
+                  lambda v: jax.lax.cond(v > 0, jnp.sqrt, lambda a: a * 2.0, v)),
+    "cond log": (lambda v: rm.cond(v > 0, rm.log, lambda a: a, v),
+                 lambda v: jax.lax.cond(v > 0, jnp.log, lambda a: a, v)),
+    "switch": (lambda v: rm.switch(rm.where(v > 0, 0, 1).astype("int32"), [rm.sqrt, lambda a: a * 3.0], v),
+               lambda v: jax.lax.switch(jnp.where(v > 0, 0, 1), [jnp.sqrt, lambda a: a * 3.0], v)),
+}
+
+
+@pytest.mark.parametrize("name", list(BRANCHY))
+def test_vmapped_branches_send_no_gradient_from_where_they_are_not_taken(name, backend):
+    """Each entry's gradient is its own branch's, as in JAX (the untaken branch's 0 * NaN gave NaN)."""
+    f, jf = BRANCHY[name]
+    x = np.array([4.0, -1.0, 0.0, 2.0], np.float32)
+    for got, want in [(rm.jit(rm.vmap(rm.grad(f)), backend=backend)(x), jax.vmap(jax.grad(jf))(x)),
+                      (rm.jit(rm.grad(lambda x: rm.sum(rm.vmap(f)(x))), backend=backend)(x),
+                       jax.grad(lambda x: jnp.sum(jax.vmap(jf)(x)))(x)),
+                      (rm.jit(rm.vmap(rm.grad(rm.grad(f))), backend=backend)(x), jax.vmap(jax.grad(jax.grad(jf)))(x))]:
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+        assert np.isfinite(np.asarray(got)).all()

@@ -27,6 +27,7 @@ from remat.loops.body import shared_captures, tensor_leaves, type_of, widen
 from remat.loops.prune import prune_cond
 from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.elementwise import astype, clip, equal, where
+from remat.ops.identity import stop_gradient
 from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like, trace_function
 from remat.vectorize import _merge, align_to
 
@@ -250,16 +251,27 @@ def check_agree(loop: str, labels: list[str], results: list) -> tree.TreeDef:
     return first_tree
 
 
+def _own_entries(mine: Tensor, x):
+    if not (is_tensor_like(x) and dtypes.is_float(asarray(x).dtype)):
+        return x
+    x = asarray(x)
+    return where(mine, x, stop_gradient(x))  # `mine` is vectorized like the index: one flag per entry
+
+
 def _select(loop: str, index: Tensor, fns, labels, operands):
-    """Under vmap, each entry may take another branch: run them all and pick per entry."""
+    """Under vmap, each entry may take another branch: run them all and pick per entry. Each
+    branch reads, at the entries that do not take it, its operands through stop_gradient (as
+    JAX's batched cond does): a branch that is NaN there (sqrt of a negative, log of zero) then
+    sends back no gradient, where 0 * NaN would have been NaN."""
+    chosen = clip(index, 0, len(fns) - 1)
     results = []
     for k, fn in enumerate(fns):
-        out = fn(*operands)
+        mine = equal(chosen, k)
+        out = fn(*tree.map(lambda x, mine=mine: _own_entries(mine, x), operands))
         leaves, treedef = tree.flatten(out)
         _check_tensors(loop, labels[k], out, leaves)
         results.append((treedef, [asarray(x) for x in leaves]))
     treedef = check_agree(loop, labels, results)
-    chosen = clip(index, 0, len(fns) - 1)
     picked = results[-1][1]
     for k in reversed(range(len(fns) - 1)):
         picked = [where(equal(chosen, k), a, b) for a, b in zip(results[k][1], picked)]
