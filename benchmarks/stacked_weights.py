@@ -7,8 +7,9 @@ written twice with the same values:
 - list:    `params = [(w, b)] * L`, layer i reads `params[i]`;
 - stacked: `W` of shape (L, D, D) and `b` of shape (L, D), layer i reads `W[i]`, `b[i]`.
 
-For each checkpoint plan ("none", and "layer": a checkpoint per layer, the layer's weights
-sliced outside it) it prints
+For each checkpoint plan ("none"; "layer": a checkpoint per layer, the layer's weights sliced
+outside it; "inside": the same, but each checkpoint's body slices the stacked weights it
+captures, `rm.checkpoint(lambda h: h + rm.tanh(h @ W[i] + b[i]), h)`) it prints
 
     first call   stacked / list: tracing, differentiating, lowering, compiling, one run;
     step         stacked / list: a step of the compiled program, until its results are ready.
@@ -31,7 +32,7 @@ import sys
 import time
 
 TARGET = 1.3
-PLANS = ("none", "layer")
+PLANS = ("none", "layer", "inside")
 
 
 def run(idiom: str, plan: str, depth: int, width: int, batch: int) -> dict[str, float]:
@@ -65,8 +66,11 @@ def loss(p, x, idiom: str, plan: str):
     from remat import models
 
     if idiom == "list":
-        return models.residual_mlp_loss(p, x, plan)
+        return models.residual_mlp_loss(p, x, "layer" if plan == "inside" else plan)
     w, b = p
+    if plan == "inside":  # each block captures w and b whole and slices them
+        layers = [lambda h, i=i: h + rm.tanh(h @ w[i] + b[i]) for i in range(w.shape[0])]
+        return rm.mean(rm.square(models.checkpointed(layers, x, "layer")))
     # The slices are taken outside the checkpoints, where the layers of the list idiom get theirs.
     layers = [lambda h, wi=w[i], bi=b[i]: h + rm.tanh(h @ wi + bi) for i in range(w.shape[0])]
     return rm.mean(rm.square(models.checkpointed(layers, x, plan)))

@@ -251,16 +251,20 @@ def test_a_body_without_captures_has_exactly_the_explicit_inputs(rng):
     assert len(block.params["body"].inputs) == 2
 
 
-def test_indexing_a_captured_tensor_captures_the_slice(rng):
-    # The slice of an enclosing trace's tensor is taken in that trace (trace.py), so the block
-    # captures the row it reads, and its gradient is the row's.
+def test_indexing_a_captured_tensor_captures_it_whole_and_the_gradient_reads_the_slice(rng):
+    """The seed's rule: the block captures the tensor whole and slices it inside. Its gradient
+    takes the slice outside the backward block (autodiff._slices_outside_blocks), so the block's
+    cotangent is the row's, joined with other blocks' into one buffer, not a full-size one each."""
     x, w = f32(rng, 3), f32(rng, 4, 3)
     graph = rm.make_graph(lambda x, w: rm.checkpoint(lambda h: h * w[1], x))(x, w)
     (block,) = blocks(graph)
-    assert [v.shape for v in block.inputs] == [(3,), (1, 3)]
-    assert block.params["body"].count("slice") == 0 and graph.count("slice") == 1
-    g = rm.grad(lambda w: rm.sum(rm.checkpoint(lambda h: h * w[1], x)))(w)
-    np.testing.assert_allclose(g, np.stack([np.zeros(3), np.asarray(x), np.zeros(3), np.zeros(3)]), rtol=1e-6)
+    assert [v.shape for v in block.inputs] == [(3,), (4, 3)]
+    assert block.params["body"].count("slice") == 1 and graph.count("slice") == 1
+    step = rm.grad(lambda w: rm.sum(rm.checkpoint(lambda h: h * w[1], x)))
+    (backward,) = blocks(rm.make_graph(step)(w))
+    assert (4, 3) not in [v.shape for v in backward.inputs]  # it reads x and the cotangent, not w
+    assert [v.shape for v in backward.outputs] == [(1, 3)]  # the row's cotangent
+    np.testing.assert_allclose(step(w), np.stack([np.zeros(3), np.asarray(x), np.zeros(3), np.zeros(3)]), rtol=1e-6)
 
 
 def test_unused_scope_tensors_are_not_captured(rng):

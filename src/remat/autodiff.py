@@ -15,7 +15,7 @@ import numpy as np
 from remat import argcheck, backends, dtypes, tree
 from remat.accumulate import Cotangents
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, source_of
-from remat.graph import Graph, Var
+from remat.graph import Graph, Node, Var
 from remat.jit import call_traced
 from remat.ops.core import OPS
 from remat.planner import budget
@@ -69,6 +69,7 @@ def _linearized(graph: Graph) -> Graph:
 
 def backward_pass(graph: Graph, env: dict[Var, Tensor], out_cts) -> list[Tensor | None]:
     """Cotangents of `graph.inputs` given those of its outputs (None where no gradient flows)."""
+    graph, env = _slices_outside_blocks(graph, env)
     cts = Cotangents(graph, env)  # a dict that combines the cotangents of slices of one tensor
 
     def accumulate(v: Var, ct: Tensor | None, op: str) -> None:
@@ -96,6 +97,30 @@ def backward_pass(graph: Graph, env: dict[Var, Tensor], out_cts) -> list[Tensor 
         for v, ct in zip(node.inputs, in_cts):
             accumulate(v, ct, node.op)
     return [cts.get(v) for v in graph.inputs]
+
+
+def slices_outside_blocks(graph: Graph) -> tuple[Graph, list[Node]]:
+    """`graph` with the slices its blocks take of what they capture (`W[i]` in each layer's
+    checkpoint, W stacked) taken before the blocks, which capture the slices instead; and the
+    slice nodes so added. The function's own graph keeps what a block captures whole (the
+    seed's rule); the gradient and the XLA program see this one."""
+    nodes, added = [], []
+    for node in graph.nodes:
+        hoist = OPS[node.op].hoist_slices
+        slices, new = hoist(node) if hoist is not None else ([], node)
+        nodes += [*slices, new]
+        added += slices
+    return (Graph(graph.inputs, graph.outputs, nodes, graph.constants) if added else graph), added
+
+
+def _slices_outside_blocks(graph: Graph, env: dict[Var, Tensor]) -> tuple[Graph, dict[Var, Tensor]]:
+    """`slices_outside_blocks`, and `env` with the slices' values: each block's gradient is then
+    its slice's, which `Cotangents` joins with the other layers' into one buffer, rather than a
+    full-size cotangent of W from every block."""
+    graph, added = slices_outside_blocks(graph)
+    for s in added:
+        env[s.outputs[0]] = bind(OPS["slice"], env[s.inputs[0]], **s.params)
+    return graph, env
 
 
 def _zeros_like(t: Tensor) -> Tensor:

@@ -180,12 +180,48 @@ _checkpoint = declare("checkpoint", _checkpoint_rule, _checkpoint_vjp, multiple_
 _checkpoint.prune = _prune
 
 
+def _hoist_slices(node: Node) -> tuple[list[Node], Node]:
+    """The slices the body takes of a captured tensor it reads only through slices (`W[i]`), as
+    nodes outside the block on that tensor, and the block capturing the slices instead: what
+    the backward pass differentiates, so that each block's gradient is its slice's (see
+    `autodiff._slices_outside_blocks`)."""
+    body, saved = node.params["body"], node.params["saved"]
+    readers: dict[Var, list[Node]] = {v: [] for v in body.inputs}
+    for n in body.nodes:
+        for v in n.inputs:
+            if v in readers:
+                readers[v].append(n)
+    outside, dropped, moved = [], set(), []
+    for i, v in enumerate(body.inputs):
+        rs = readers[v]
+        if i in saved or not rs or v in body.outputs or any(n.op != "slice" for n in rs):
+            continue
+        dropped.add(i)
+        for n in rs:
+            taken = Var(n.outputs[0].shape, n.outputs[0].dtype)
+            outside.append(Node("slice", [node.inputs[i]], [taken], n.params, n.source))
+            moved.append((n, taken))
+    if not outside:
+        return [], node
+    kept = [i for i in range(len(body.inputs)) if i not in dropped]
+    gone = {id(n) for n, _ in moved}
+    new_body = Graph([body.inputs[i] for i in kept] + [n.outputs[0] for n, _ in moved], body.outputs,
+                     [n for n in body.nodes if id(n) not in gone], body.constants)
+    params = {**node.params, "body": new_body, "saved": tuple(kept.index(i) for i in saved)}
+    inputs = [node.inputs[i] for i in kept] + [t for _, t in moved]
+    return outside, Node(node.op, inputs, node.outputs, params, node.source)
+
+
+_checkpoint.hoist_slices = _hoist_slices
+
+
 def _bind_block(graph: Graph, explicit: list[Tensor], captured: list[Tensor], policy, guarantee: bool,
                 prevent_cse: bool | tuple[bool, ...] = True, differentiated: bool = False) -> list[Tensor]:
     """Record `graph` as a checkpoint block on `explicit + captured`; its outputs (residuals left
     out). `prevent_cse`: a bool, or one flag per explicit input."""
-    graph, residuals = _residuals(graph, policies.resolve(policy), guarantee)
     saved = tuple(range(len(explicit))) if explicit else tuple(range(len(captured)))
+    captures = set(graph.inputs[len(explicit):]) if explicit else set()  # alive anyway: read directly
+    graph, residuals = _residuals(graph, policies.resolve(policy), guarantee, captures)
     if isinstance(prevent_cse, tuple) and (all(prevent_cse) or not any(prevent_cse)):
         prevent_cse = all(prevent_cse)
     # Params at their defaults are left out, so graphs print short.
@@ -200,12 +236,13 @@ def _bind_block(graph: Graph, explicit: list[Tensor], captured: list[Tensor], po
 # ---------------------------------------------------------------- what the block keeps
 
 
-def _residuals(body: Graph, policy, guarantee: bool) -> tuple[Graph, list[Var]]:
+def _residuals(body: Graph, policy, guarantee: bool, captures: set[Var] = frozenset()) -> tuple[Graph, list[Var]]:
     """The body values to save: those the policy picks that the gradient needs, directly or to
     recompute an unsaved value it needs, among the body's values and those its derivative rules
     compute from primal values alone (then the body computes them too). With `guarantee`, if
     the block would keep more bytes than the plain gradient of its body does, what the plain
-    gradient keeps. Returns the body (with those derivative values) and the residuals."""
+    gradient keeps; the captured inputs (`captures`, alive for the whole step anyway: weights)
+    cost the block nothing. Returns the body (with those derivative values) and the residuals."""
     if not guarantee and policy is policies.nothing_saveable:  # a backward block
         return body, []
     view = derived.gradient_view(body)
@@ -215,7 +252,8 @@ def _residuals(body: Graph, policy, guarantee: bool) -> tuple[Graph, list[Var]]:
     chosen = [savable.intersection(n.outputs) if policies.decide(policy, n) else set() for n in view.graph.nodes]
     residuals, inputs = _walk(view.graph, chosen, set(view.read))
     plain = view.plain_reads()
-    if guarantee and _nbytes(residuals + inputs) > _nbytes(plain):
+    free = {w for v, w in zip(body.inputs, view.graph.inputs) if v in captures}  # the view's Vars for them
+    if guarantee and _nbytes(residuals + [v for v in inputs if v not in free]) > _nbytes(plain):
         return body, _walk(body, [set(n.outputs) for n in body.nodes], plain)[0]
     return derived.with_derived(body, view, residuals)
 

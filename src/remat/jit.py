@@ -84,6 +84,9 @@ class Lowered:
         # sharded program (`shardings`: one per input, one per output), which takes its
         # arguments whole, where they lie on the devices.
         if backend == "xla" and shardings is None:
+            from remat.autodiff import slices_outside_blocks  # autodiff imports this module
+
+            graph, _ = slices_outside_blocks(graph)  # a block's slices of an argument are the host's too
             graph, self._host = host_slices(graph)
             graph = offsets_at_run_time(graph)
         placed = {} if shardings is None else {"in_shardings": shardings[0], "out_shardings": shardings[1]}

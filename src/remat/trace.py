@@ -82,13 +82,6 @@ class Trace:
         return v
 
     def add_node(self, op: Op, args: list[Tensor], params: dict) -> list[Tensor]:
-        owner = args[0]._trace if op.name == "slice" else None
-        if owner is not None and owner is not self and owner.active and self._is_ancestor(owner):
-            # A slice of an enclosing trace's tensor (`W[i]` in a checkpoint body, W captured) is
-            # taken there, and the body captures the slice: its gradient is then the slice's, which
-            # the enclosing backward pass joins with the other layers' (remat/accumulate.py),
-            # rather than a full-size cotangent of W from every block.
-            return owner.add_node(op, args, params)
         in_vars = [self.lift(a) for a in args]
         source = user_source()
         avals = abstract_eval(op, [(v.shape, v.dtype) for v in in_vars], params, source)

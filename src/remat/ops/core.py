@@ -55,6 +55,9 @@ class Op:
         # A block with several outputs may drop the work of those nobody reads (`Trace.to_graph`):
         # `prune(node, live Vars) -> node`; loops set it (remat/loops/prune.py).
         self.prune: Callable | None = None
+        # A block whose body slices what it captures: `hoist_slices(node) -> (slice nodes, node)`,
+        # the slices taken outside it, for the backward pass to join their cotangents.
+        self.hoist_slices: Callable | None = None
 
     @property
     def differentiable(self) -> bool:
