@@ -164,9 +164,10 @@ def _raw_cotangent(ct, x: Tensor, vaxes: tuple, where: str, names: set, arg: str
                          "return one of the argument's shape")
     if not dtypes.is_float(x.dtype):
         return None
-    if ct.dtype != x.dtype:
+    if ct.dtype != x.dtype and not dtypes.is_float(ct.dtype):
         raise DTypeError(f"{where} returned a cotangent of dtype {ct.dtype} for argument {arg} of dtype {x.dtype}; "
                          f"return one of the argument's dtype (.astype({str(x.dtype)!r}))")
+    ct = ct if ct.dtype == x.dtype else ct.astype(x.dtype)  # a float of another width is cast, as JAX does
     own = {n for n, _ in vaxes}
     for name, _ in ct._vaxes:
         if name not in own and name in names:  # x is broadcast over this axis: its cotangent sums over it
