@@ -1,7 +1,8 @@
 """Bad inputs to the names of issue 11 (what NumPy and JAX users type first): einsum subscripts
 that do not match, split sections that do not divide, axes out of range, integer division by
 zero, norms that do not exist, functional updates that do not fit, boolean masks that are
-traced, and random draws from empty ranges."""
+traced, random draws from empty ranges, and the arguments of the array, rounding and special
+functions added later."""
 
 from __future__ import annotations
 
@@ -160,4 +161,50 @@ CASES: list[Case] = [
          (r"^random\.truncated_normal:", r"lower", r"'a'")),
     Case("names-truncated-normal-int-dtype", lambda: rm.random.truncated_normal(KEY, 0.0, 1.0, dtype="int32"), D,
          (r"^random\.truncated_normal:", r"dtype", r"int32")),
+    # more of NumPy's, JAX's and SciPy's names
+    Case("names-swapaxes-axis-out-of-range", lambda: rm.swapaxes(X, 0, 2), E,
+         (r"^swapaxes:", r"axis2 2", r"2-d", AT)),
+    Case("names-moveaxis-lengths", lambda: rm.moveaxis(X, (0, 1), 0), E,
+         (r"^moveaxis:", r"source \(0, 1\)", r"destination 0", r"one destination per source")),
+    Case("names-tril-vector", lambda: rm.tril(V), S, (r"^tril:", r"at least 2 axes", r"\(3,\)")),
+    Case("names-diag-3d", lambda: rm.diag(rm.zeros((2, 2, 2))), S, (r"^diag:", r"1-d", r"2-d", r"\(2, 2, 2\)")),
+    Case("names-diagonal-same-axis", lambda: rm.diagonal(X, axis1=1, axis2=-1), E,
+         (r"^diagonal:", r"axis1 1", r"axis2 -1", r"same axis")),
+    Case("names-roll-float-shift", lambda: rm.roll(X, 1.5), T, (r"^roll:", r"shift", r"1\.5 \(float\)")),
+    Case("names-roll-traced-shift", lambda: rm.jit(lambda x, s: rm.roll(x, s))(X, rm.asarray(1)), rm.TracerError,
+         (r"^roll:", r"shift", r"static")),
+    Case("names-roll-shifts-axes", lambda: rm.roll(X, (1, 2, 3), axis=(0, 1)), E,
+         (r"^roll:", r"\(1, 2, 3\)", r"\(0, 1\)", r"one shift per axis")),
+    Case("names-repeat-negative", lambda: rm.repeat(X, -1), E, (r"^repeat:", r"-1", r"negative")),
+    Case("names-repeat-counts", lambda: rm.repeat(X, [1, 2], axis=1), S,
+         (r"^repeat:", r"2 counts", r"axis 1 of \(2, 3\) has 3")),
+    Case("names-tile-negative", lambda: rm.tile(X, (2, -1)), E, (r"^tile:", r"\(2, -1\)", r"negative")),
+    Case("names-meshgrid-2d", lambda: rm.meshgrid(V, X), S, (r"^meshgrid:", r"1-d", r"argument 1", r"\(2, 3\)")),
+    Case("names-meshgrid-indexing", lambda: rm.meshgrid(V, V, indexing="yx"), E,
+         (r"^meshgrid:", r"'xy' or 'ij'", r"'yx'")),
+    Case("names-take-along-axis-float", lambda: rm.take_along_axis(X, X, axis=1), D,
+         (r"^take_along_axis:", r"integers", r"float32")),
+    Case("names-take-along-axis-rank", lambda: rm.take_along_axis(X, np.array([0, 1]), axis=1), S,
+         (r"^take_along_axis:", r"\(2,\)", r"\(2, 3\)", r"same number of axes")),
+    Case("names-take-along-axis-range", lambda: rm.take_along_axis(X, np.array([[0, 3]]), axis=1),
+         rm.IndexOutOfRange, (r"^take_along_axis:", r"index 3", r"axis 1 with size 3")),
+    Case("names-round-bool", lambda: rm.round(X > 0), D, (r"^round:", r"bool")),
+    Case("names-round-int-negative-decimals", lambda: rm.round(I, -1), E,
+         (r"^round:", r"decimals=-1", r"int32", r"as in JAX")),
+    Case("names-round-float-decimals", lambda: X.round(1.5), T, (r"^round:", r"decimals", r"1\.5 \(float\)")),
+    Case("names-polygamma-negative", lambda: rm.special.polygamma(-1, X), E, (r"^polygamma:", r"non-negative", r"-1")),
+    Case("names-polygamma-float", lambda: rm.special.polygamma(1.0, X), T, (r"^polygamma:", r"n must be an int")),
+    Case("names-all-axis", lambda: rm.all(X, axis=2), E, (r"^all:", r"axis 2", r"2-d")),
+    Case("names-average-weights", lambda: rm.average(X, axis=1, weights=rm.ones((2,))), S,
+         (r"^average:", r"weights of shape \(2,\)", r"\(2, 3\)", r"axis=1")),
+    Case("names-full-like-shape", lambda: rm.full_like(X, [1.0, 2.0]), S,
+         (r"^full_like:", r"\(2,\)", r"\(2, 3\)")),
+    Case("names-clip-both-names", lambda: rm.clip(X, min=0.0, a_min=1.0), T, (r"^clip:", r"min=", r"a_min=")),
+    Case("names-arctan2-shapes", lambda: rm.arctan2(X, rm.ones((2,))), S,
+         (r"^arctan2:", r"\(2, 3\) and \(2,\) do not broadcast")),
+    Case("names-logsumexp-b-shapes", lambda: rm.special.logsumexp(X, b=rm.ones((2,))), S,
+         (r"^logsumexp:", r"\(2, 3\) and \(2,\)")),
+    Case("names-xlogy-shapes", lambda: rm.special.xlogy(X, rm.ones((2,))), S, (r"^xlogy:", r"\(2, 3\) and \(2,\)")),
+    Case("names-standardize-algorithm", lambda: rm.nn.standardize(X, algorithm="exact"), E,
+         (r"^standardize:", r"'fast' or 'stable'", r"'exact'")),
 ]

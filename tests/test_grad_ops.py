@@ -39,6 +39,10 @@ def above_minus_one(rng, shape):
     return rng.uniform(-0.5, 2.0, size=shape)
 
 
+def unit(rng, shape):
+    return rng.uniform(-0.9, 0.9, size=shape)
+
+
 def spread(rng, shape):
     """Values at least 0.1 apart, so no max, min or sort order is near a tie."""
     n = int(np.prod(shape))
@@ -300,6 +304,21 @@ NAMES = [  # issue 11: the names NumPy and JAX users type, primitives and compos
     S("mask", lambda x: x[MASK] * 2.0, lambda x: x[MASK] * 2.0, (3, 4)),
     S("split", lambda x: rm.split(x, [1, 3], axis=1)[1] * 3.0, lambda x: jnp.split(x, [1, 3], axis=1)[1] * 3.0,
       (3, 4)),
+    # primitives for more of NumPy's and SciPy's names (their compositions are rows of tests/test_names.py)
+    S("expm1", rm.expm1, jnp.expm1, (3, 4)),
+    S("sinh", rm.sinh, jnp.sinh, (3, 4)),
+    S("cosh", rm.cosh, jnp.cosh, (3, 4)),
+    S("asinh", rm.arcsinh, jnp.arcsinh, (3, 4)),
+    S("asin", rm.arcsin, jnp.arcsin, (3, 4), domain=unit),
+    S("acos", rm.arccos, jnp.arccos, (3, 4), domain=unit),
+    S("atan", rm.arctan, jnp.arctan, (3, 4)),
+    S("atan2", rm.arctan2, jnp.arctan2, (3, 4), (4,), domain=(normal, nonzero)),
+    S("erf", rm.special.erf, jax.scipy.special.erf, (3, 4)),
+    S("erfc", rm.special.erfc, jax.scipy.special.erfc, (3, 4)),
+    S("lgamma", rm.special.gammaln, jax.scipy.special.gammaln, (3, 4), domain=positive),
+    S("digamma", rm.special.digamma, jax.scipy.special.digamma, (3, 4), domain=positive),
+    S("polygamma", lambda x: rm.special.polygamma(1, x), lambda x: jax.scipy.special.polygamma(1, x), (3, 4),
+      domain=positive),
 ]
 
 
@@ -519,13 +538,16 @@ def test_spec_really_runs_its_op(spec: Spec):
     "fn, jfn",
     [
         (rm.sign, jnp.sign),
+        (lambda x: rm.floor(x * 3.0), lambda x: jnp.floor(x * 3.0)),
+        (lambda x: rm.ceil(x * 3.0), lambda x: jnp.ceil(x * 3.0)),
+        (lambda x: rm.round(x * 3.0), lambda x: jnp.round(x * 3.0)),
         (rm.stop_gradient, jax.lax.stop_gradient),
         (lambda x: rm.argmax(x, axis=1, keepdims=True).astype("float64"),
          lambda x: jnp.argmax(x, axis=1, keepdims=True).astype(x.dtype)),
         (lambda x: rm.where(x > 0.0, 1.0, 0.0).astype("float64"), lambda x: jnp.where(x > 0, 1.0, 0.0)),
         (lambda x: (x * 3.0).astype("int32").astype("float64"), lambda x: (x * 3.0).astype(jnp.int32).astype(x.dtype)),
     ],
-    ids=["sign", "stop_gradient", "argmax", "comparison", "convert-to-int"],
+    ids=["sign", "floor", "ceil", "round", "stop_gradient", "argmax", "comparison", "convert-to-int"],
 )
 def test_non_differentiable_ops_give_zero_gradient(fn, jfn, x64):
     x = np.random.default_rng(0).normal(size=(3, 4))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from scipy import special
 
 import remat as rm
 from remat import ops
@@ -75,12 +76,12 @@ TERNARY = [((3, 4), (3, 4), (3, 4)), ((3, 1), (4,), ()), ((), (2, 3), (3,))]
 
 
 def unary(op, ref, dtypes=NUMERIC, out=same, domain="any"):
-    return Spec(op, getattr(rm, op), ref, [(a, {}) for a in UNARY], dtypes, out, domain)
+    return Spec(op, getattr(ops, op), ref, [(a, {}) for a in UNARY], dtypes, out, domain)
 
 
 def binary(op, ref, dtypes=ALL, out=same, domain="any"):
     variants = [((a, b), {}) for a, b in BINARY]
-    return Spec(op, getattr(rm, op), ref, variants, dtypes, out, domain)
+    return Spec(op, getattr(ops, op), ref, variants, dtypes, out, domain)
 
 
 def _np_pad(x, lo, hi, interior):
@@ -329,6 +330,127 @@ SPECS = [
         ((), {"start": -3, "stop": 7, "num": 4, "endpoint": False, "dtype": DT}),
         ((), {"start": 2.5, "stop": -1.5, "num": 1, "dtype": DT}),
     ], dtypes=NUMERIC),
+    # ---- more of NumPy's names: elementwise
+    unary("expm1", np.expm1, out=to_float),
+    unary("sinh", np.sinh, out=to_float),
+    unary("cosh", np.cosh, out=to_float),
+    unary("tan", np.tan, out=to_float, domain="unit"),
+    unary("arcsin", np.arcsin, out=to_float, domain="unit"),
+    unary("arccos", np.arccos, out=to_float, domain="unit"),
+    unary("arctan", np.arctan, out=to_float),
+    unary("arcsinh", np.arcsinh, out=to_float),
+    unary("arctanh", np.arctanh, out=to_float, domain="unit"),
+    unary("log2", np.log2, out=to_float, domain="positive"),
+    unary("log10", np.log10, out=to_float, domain="positive"),
+    unary("exp2", np.exp2, out=to_float),
+    unary("reciprocal", lambda x: 1.0 / x, out=to_float, domain="nonzero"),
+    unary("sinc", np.sinc, out=to_float),
+    unary("floor", np.floor),
+    unary("ceil", np.ceil),
+    unary("trunc", np.trunc),
+    Spec("round", rm.round, np.round, [*[(a, {}) for a in UNARY], (((3, 4),), {"decimals": 0})], dtypes=NUMERIC),
+    Spec("round", lambda x, decimals: rm.round(x * 7.0, decimals), lambda x, decimals: np.round(x * 7.0, decimals), [
+        (((3, 4),), {"decimals": 2}),
+        (((3, 4),), {"decimals": -1}),
+        (((5,),), {"decimals": 5}),
+    ], dtypes=FLOATS, id="round-decimals"),
+    unary("isnan", np.isnan, dtypes=ALL, out=to_bool, domain="nonfinite"),
+    unary("isinf", np.isinf, dtypes=ALL, out=to_bool, domain="nonfinite"),
+    unary("isfinite", np.isfinite, dtypes=ALL, out=to_bool, domain="nonfinite"),
+    Spec("nan_to_num", rm.nan_to_num, np.nan_to_num, [
+        (((3, 5),), {}),
+        (((3, 5),), {"nan": 1.5, "posinf": 9, "neginf": -9}),
+    ], dtypes=NUMERIC, domain="nonfinite"),
+    binary("arctan2", np.arctan2, dtypes=NUMERIC, out=to_float),
+    binary("hypot", np.hypot, dtypes=NUMERIC, out=to_float),
+    binary("logaddexp", np.logaddexp, dtypes=NUMERIC, out=to_float),
+    binary("fmax", np.fmax, dtypes=NUMERIC, domain="nonfinite"),
+    binary("fmin", np.fmin, dtypes=NUMERIC, domain="nonfinite"),
+    # ---- reductions
+    Spec("all", rm.all, np.all, [*REDUCE, (((0, 3),), {"axis": 0})], out=to_bool),
+    Spec("any", rm.any, np.any, [*REDUCE, (((2, 0),), {"axis": 1, "keepdims": True})], out=to_bool),
+    Spec("count_nonzero", rm.count_nonzero, np.count_nonzero, REDUCE, out=to_i32),
+    Spec("nansum", rm.nansum, np.nansum, REDUCE, out=sum_dtype, domain="nonfinite"),
+    Spec("average", lambda a, w=None, **kw: rm.average(a, weights=w, **kw),
+         lambda a, w=None, **kw: np.average(a, weights=w, **kw), [
+             *REDUCE[:3],
+             (((3, 4), (3, 4)), {"axis": None}),
+             (((3, 4), (4,)), {"axis": 1}),
+         ], dtypes=NUMERIC, out=to_float, domain="positive"),
+    # ---- arrays
+    Spec("swapaxes", rm.swapaxes, np.swapaxes, [
+        (((2, 3, 4),), {"axis1": 0, "axis2": 2}),
+        (((3, 4),), {"axis1": -1, "axis2": -1}),
+    ]),
+    Spec("moveaxis", rm.moveaxis, np.moveaxis, [
+        (((2, 3, 4),), {"source": 0, "destination": -1}),
+        (((2, 3, 4, 5),), {"source": (3, 0), "destination": [0, 1]}),
+    ]),
+    Spec("ravel", rm.ravel, np.ravel, [(((2, 3),), {}), (((2, 3, 2),), {"order": "F"}), (((),), {})]),
+    Spec("atleast_1d", rm.atleast_1d, np.atleast_1d, [(((),), {}), (((2, 3),), {})]),
+    Spec("atleast_2d", rm.atleast_2d, np.atleast_2d, [(((),), {}), (((3,),), {}), (((2, 3, 4),), {})]),
+    Spec("atleast_3d", rm.atleast_3d, np.atleast_3d, [(((),), {}), (((3,),), {}), (((2, 3),), {})]),
+    Spec("tril", rm.tril, np.tril, [(((3, 4),), {}), (((2, 4, 3),), {"k": 1}), (((3, 3),), {"k": -5})]),
+    Spec("triu", rm.triu, np.triu, [(((3, 4),), {}), (((2, 4, 3),), {"k": -1}), (((3, 3),), {"k": 5})]),
+    Spec("diag", rm.diag, np.diag, [
+        (((3,),), {}), (((3,),), {"k": 2}), (((3,),), {"k": -1}),
+        (((3, 4),), {}), (((3, 4),), {"k": 2}), (((3, 4),), {"k": -2}), (((3, 4),), {"k": 9}),
+    ]),
+    Spec("diagonal", rm.diagonal, np.diagonal, [
+        (((3, 4),), {}),
+        (((2, 3, 4),), {"offset": 1, "axis1": 1, "axis2": 2}),
+        (((2, 3, 4),), {"offset": -1, "axis1": 2, "axis2": 0}),
+        (((4, 3),), {"offset": -7}),
+    ]),
+    Spec("roll", rm.roll, np.roll, [
+        (((7,),), {"shift": 3}),
+        (((3, 4),), {"shift": -5}),
+        (((3, 4),), {"shift": 1, "axis": 0}),
+        (((2, 3, 4),), {"shift": (1, 2, 3), "axis": (0, -1, 0)}),
+        (((2, 3),), {"shift": (1, 1), "axis": 1}),
+    ]),
+    Spec("repeat", rm.repeat, np.repeat, [
+        (((3,),), {"repeats": 2}),
+        (((2, 3),), {"repeats": 2, "axis": 1}),
+        (((2, 3),), {"repeats": [0, 2, 1], "axis": -1}),
+        (((2, 3),), {"repeats": 0}),
+    ]),
+    Spec("tile", rm.tile, np.tile, [
+        (((3,),), {"reps": 2}),
+        (((2, 3),), {"reps": (2, 1, 2)}),
+        (((2, 3, 2),), {"reps": (3,)}),
+        (((2, 3),), {"reps": (0, 1)}),
+    ]),
+    Spec("meshgrid", lambda *xs, **kw: rm.concat([rm.ravel(g) for g in rm.meshgrid(*xs, **kw)]),
+         lambda *xs, **kw: np.concatenate([np.ravel(g) for g in np.meshgrid(*xs, **kw)]), [
+             (((3,), (2,)), {}),
+             (((3,), (2,), (4,)), {"indexing": "ij"}),
+             (((3,), (2,), (4,)), {"sparse": True}),
+             (((3,),), {}),
+         ]),
+    Spec("take_along_axis", rm.take_along_axis, np.take_along_axis, [
+        (((3, 4), np.array([[0, 3], [-1, 2], [1, 1]])), {"axis": 1}),
+        (((3, 4), np.array([[2, 0, 1, -3]])), {"axis": 0}),
+        (((2, 3), np.array([5, 0, -6])), {"axis": None}),
+        (((2, 1, 4), np.array([[[0], [2], [1]]])), {"axis": 2}),
+    ]),
+    Spec("full_like", rm.full_like, np.full_like, [
+        (((2, 3),), {"fill_value": 1}),
+        (((),), {"fill_value": 0}),
+        (((2, 3),), {"fill_value": np.array([1, 0, 1])}),
+    ]),
+    Spec("full_like", rm.full_like, np.full_like, [(((2, 3),), {"fill_value": 2.5, "dtype": F64})],
+         out=lambda d: F64, id="full_like-to-f64"),
+    # ---- scipy.special's (rm.special)
+    unary("erf", special.erf, out=to_float),
+    unary("erfc", special.erfc, out=to_float),
+    unary("gammaln", special.gammaln, out=to_float, domain="positive"),
+    unary("digamma", special.digamma, out=to_float, domain="positive"),
+    Spec("polygamma", lambda x, n: rm.special.polygamma(n, x), lambda x, n: special.polygamma(n, x), [
+        (((3, 4),), {"n": 1}),
+        (((5,),), {"n": 3}),
+        (((),), {"n": 0}),
+    ], dtypes=NUMERIC, out=to_float, domain="positive"),
     # ---- identities
     Spec("stop_gradient", rm.stop_gradient, lambda x: x, [(a, {}) for a in UNARY]),
     Spec("checkpoint_name", rm.checkpoint_name, lambda x, name: x, [(((3, 4),), {"name": "h"})]),
@@ -344,9 +466,10 @@ SPECS = [
         ((), {"start": 5, "dtype": DT}),
         ((), {"start": 1, "stop": 9, "step": 3, "dtype": DT}),
     ], dtypes=NUMERIC),
-    Spec("eye", rm.eye, lambda n, m=None, k=0, dtype=None: np.eye(n, m, k, dtype=dtype), [
-        ((), {"n": 3, "dtype": DT}),
-        ((), {"n": 2, "m": 4, "k": 1, "dtype": DT}),
+    Spec("eye", rm.eye, lambda N, M=None, k=0, dtype=None: np.eye(N, M, k, dtype=dtype), [
+        ((), {"N": 3, "dtype": DT}),
+        ((), {"N": 2, "M": 4, "k": 1, "dtype": DT}),
+        ((), {"N": 3, "M": 2, "k": -1, "dtype": DT}),
     ]),
     Spec("zeros_like", rm.zeros_like, np.zeros_like, [(((2, 3),), {}), (((),), {})]),
     Spec("ones_like", rm.ones_like, np.ones_like, [(((2, 3),), {}), (((),), {})]),
@@ -378,12 +501,17 @@ def draw(rng, shape, dtype, domain):
         lo, hi = (-0.9, 3.0) if dtype.kind == "f" else (0, 5)
     elif domain == "small":
         lo, hi = (-1.5, 1.5) if dtype.kind == "f" else (-3, 4)
+    elif domain == "unit":
+        lo, hi = (-0.95, 0.95) if dtype.kind == "f" else (0, 1)
     else:
         lo, hi = (-3.0, 3.0) if dtype.kind == "f" else (-5, 6)
     if dtype.kind == "f":
         out = rng.uniform(lo, hi, shape)
         if domain == "nonzero":
             out = np.where(np.abs(out) < 0.5, 1.0, out)
+        if domain == "nonfinite" and out.size:  # nan, inf and -inf among the values
+            flat = out.reshape(-1)
+            flat[::3], flat[1::5], flat[2::7] = np.nan, np.inf, -np.inf
     else:
         out = rng.integers(lo, hi, shape)
         if domain == "nonzero":

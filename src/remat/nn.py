@@ -14,17 +14,21 @@ import math
 from remat import dtypes
 from remat import random as _random
 from remat.custom_vjp import custom_vjp
-from remat.errors import DTypeError, ShapeError
+from remat.errors import ArgumentValueError, DTypeError, ShapeError
 from remat.ops import (
     abs,
     arange,
+    broadcast_to,
     equal,
     exp,
     expand_dims,
+    expm1,
     log,
     log1p,
     max,
+    maximum,
     mean,
+    minimum,
     multiply,
     sqrt,
     stop_gradient,
@@ -33,6 +37,9 @@ from remat.ops import (
     where,
     zeros_like,
 )
+from remat.ops import mean as _mean
+from remat.ops import sign as _sign
+from remat.ops.elementwise import broadcast_shapes_for, promote
 from remat.ops.reduce import normalize_axes
 from remat.ops.special import normal_cdf as _normal_cdf
 from remat.trace import Tensor, asarray
@@ -78,6 +85,88 @@ def silu(x) -> Tensor:
     return x * sigmoid(x)
 
 
+swish = silu  # jax.nn.swish is silu too
+
+
+def relu6(x) -> Tensor:
+    """`min(max(x, 0), 6)`, with gradient 0 at both kinks, as `jax.nn.relu6`.
+
+    >>> import remat as rm
+    >>> rm.nn.relu6(rm.asarray([-1.0, 3.0, 8.0]))
+    Tensor([0., 3., 6.], dtype=float32)
+    """
+    x = _float(x)
+    # The clipped value carries no gradient: 1 strictly inside (0, 6), 0 elsewhere (JAX's rule).
+    return where((x > 0) & (x < 6), x, stop_gradient(minimum(maximum(x, 0.0), 6.0)))
+
+
+def leaky_relu(x, negative_slope: float = 1e-2) -> Tensor:
+    """`x` where `x >= 0`, else `negative_slope * x`, as `jax.nn.leaky_relu`."""
+    x = _float(x)
+    return where(x >= 0, x, negative_slope * x)
+
+
+def elu(x, alpha: float = 1.0) -> Tensor:
+    """`x` where `x > 0`, else `alpha * (exp(x) - 1)`, as `jax.nn.elu`."""
+    x = _float(x)
+    positive = x > 0
+    return where(positive, x, alpha * expm1(where(positive, 0.0, x)))
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(x) -> Tensor:
+    """Scaled elu with the self-normalizing constants, as `jax.nn.selu`."""
+    return _SELU_SCALE * elu(x, _SELU_ALPHA)
+
+
+def celu(x, alpha: float = 1.0) -> Tensor:
+    """`max(x, 0) + alpha * expm1(min(x, 0) / alpha)`, as `jax.nn.celu`."""
+    x = _float(x)
+    return maximum(x, 0.0) + alpha * expm1(minimum(x, 0.0) / alpha)
+
+
+def soft_sign(x) -> Tensor:
+    """`x / (|x| + 1)`, as `jax.nn.soft_sign` (also named `softsign`)."""
+    x = _float(x)
+    return x / (abs(x) + 1.0)
+
+
+softsign = soft_sign
+
+
+def hard_sigmoid(x) -> Tensor:
+    """`relu6(x + 3) / 6`, a piecewise-linear sigmoid, as `jax.nn.hard_sigmoid`."""
+    return relu6(_float(x) + 3.0) / 6.0
+
+
+def hard_silu(x) -> Tensor:
+    """`x * hard_sigmoid(x)`, as `jax.nn.hard_silu` (also named `hard_swish`)."""
+    x = _float(x)
+    return x * hard_sigmoid(x)
+
+
+hard_swish = hard_silu
+
+
+def hard_tanh(x) -> Tensor:
+    """`x` clipped to [-1, 1] (slope 1 at the ends), as `jax.nn.hard_tanh`; integers stay integers."""
+    x = asarray(x)
+    return where(x > 1, 1, where(x < -1, -1, x))
+
+
+def log_sigmoid(x) -> Tensor:
+    """`log(sigmoid(x))` without overflow, `-softplus(-x)`, as `jax.nn.log_sigmoid`.
+
+    >>> import remat as rm
+    >>> float(rm.nn.log_sigmoid(rm.asarray(-1000.0)))
+    -1000.0
+    """
+    return -softplus(-_float(x))
+
+
 def softplus(x) -> Tensor:
     """`log(1 + exp(x))`, a smooth relu, without overflow for any `x`, as `jax.nn.softplus`; its
     gradient is `sigmoid(x)`.
@@ -100,8 +189,8 @@ def gelu(x, approximate: bool = True) -> Tensor:
     default, as in JAX) is the tanh form `x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`,
     `approximate=False` the exact one (PyTorch's default). Its gradient keeps only `x`.
 
-    NOTE: remat has no erf primitive; exact gelu uses a fit of erfc (remat/ops/special.py), so
-    it and its gradient agree with the true ones to float32 precision, not float64's.
+    NOTE: exact gelu uses a fit of erfc (remat/ops/special.py), not the erf primitive, so it
+    and its gradient agree with the true ones to float32 precision, not float64's.
 
     >>> import remat as rm
     >>> rm.nn.gelu(rm.asarray([0.0, 1.0]), approximate=False)
@@ -143,18 +232,37 @@ def _max_shift(x: Tensor, axis) -> Tensor:
     return stop_gradient(where(abs(m) < math.inf, m, 0.0))
 
 
-def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
-    """`log(sum(exp(x), axis))`, computed without overflow.
+def logsumexp(x, axis=None, b=None, keepdims: bool = False, return_sign: bool = False):
+    """`log(sum(b * exp(x), axis))`, computed without overflow, as `jax.nn.logsumexp` (and
+    `scipy.special.logsumexp`): `b` (weights broadcasting against `x`) may be negative, and
+    then the result is nan where the sum is; `return_sign=True` gives `(log|sum|, sign(sum))`.
 
     >>> import remat as rm
     >>> rm.nn.logsumexp(rm.asarray([1000.0, 1000.0]))
     Tensor(1000.6932, dtype=float32)
+    >>> rm.nn.logsumexp(rm.asarray([0.0, 0.0]), b=rm.asarray([2.0, -1.0]))
+    Tensor(0., dtype=float32)
     """
-    x = _float(x)
-    axes = normalize_axes(axis, x.ndim)
+    if b is None:
+        x = _float(x)
+    else:
+        x, b = _float_pair("logsumexp", x, b)
+        shape = broadcast_shapes_for("logsumexp", x.shape, b.shape)
+        x, b = broadcast_to(x, shape), broadcast_to(b, shape)
+        x = where(b != 0, x, -math.inf)  # a zero weight drops its term, even an infinite one
+    axes = normalize_axes(axis, x.ndim, "logsumexp")
     shift = _max_shift(x, axes)
-    out = log(sum(exp(x - shift), axis=axes, keepdims=True)) + shift
-    return out if keepdims else _drop(out, axes)
+    terms = exp(x - shift)
+    total = sum(terms if b is None else terms * b, axis=axes, keepdims=True)
+    if b is None and not return_sign:
+        out = log(total) + shift
+        return out if keepdims else _drop(out, axes)
+    sign = _sign(total)
+    out = log(abs(total)) + shift
+    out, sign = (out, sign) if keepdims else (_drop(out, axes), _drop(sign, axes))
+    if return_sign:
+        return out, sign
+    return where(sign < 0, math.nan, out)
 
 
 def log_softmax(x, axis: int = -1) -> Tensor:
@@ -197,6 +305,29 @@ def layer_norm(x, gamma=None, beta=None, axis=-1, eps: float = 1e-5) -> Tensor:
     if beta is not None:
         out = out + beta
     return out
+
+
+def standardize(x, axis=-1, mean=None, variance=None, epsilon: float = 1e-5, algorithm: str = "fast") -> Tensor:
+    """`(x - mean) / sqrt(variance + epsilon)`, the statistics over `axis` unless given, as
+    `jax.nn.standardize`: `algorithm="fast"` (JAX's default) takes the variance as
+    `mean(x²) - mean(x)²` clipped at 0, `"stable"` as `mean((x - mean)²)`.
+
+    >>> import remat as rm
+    >>> rm.nn.standardize(rm.asarray([1.0, 3.0]), epsilon=0.0)
+    Tensor([-1.,  1.], dtype=float32)
+    """
+    if algorithm not in ("fast", "stable"):
+        raise ArgumentValueError(f"standardize: algorithm must be 'fast' or 'stable', got {algorithm!r}")
+    x = _float(x)
+    axes = normalize_axes(axis, x.ndim, "standardize")
+    if mean is None:
+        mean = _mean(x, axis=axes, keepdims=True)
+    if variance is None:
+        if algorithm == "fast":
+            variance = maximum(_mean(x * x, axis=axes, keepdims=True) - mean * mean, 0.0)
+        else:
+            variance = _mean((x - mean) * (x - mean), axis=axes, keepdims=True)
+    return (x - mean) * (1.0 / sqrt(variance + epsilon))
 
 
 # The custom VJPs are made once per (axes, eps): identical layers then share one rule, and so
@@ -343,6 +474,11 @@ def dropout(key, x, rate: float, deterministic: bool = False) -> Tensor:
 def _float(x) -> Tensor:
     x = asarray(x)
     return x if dtypes.is_float(x.dtype) else x.astype(dtypes.DEFAULT_FLOAT)
+
+
+def _float_pair(what: str, x, y) -> list[Tensor]:
+    a, b = promote(x, y, what=what)
+    return [_float(a), _float(b)]
 
 
 def _drop(x: Tensor, axes: tuple[int, ...]) -> Tensor:

@@ -438,6 +438,24 @@ class Tensor:
     def clip(self, min=None, max=None) -> Tensor:
         return _ops.clip(self, min, max)
 
+    def swapaxes(self, axis1, axis2) -> Tensor:
+        return _ops.swapaxes(self, axis1, axis2)
+
+    def round(self, decimals=0) -> Tensor:
+        return _ops.round(self, decimals)
+
+    def all(self, axis=None, keepdims=False) -> Tensor:
+        return _ops.all(self, axis=axis, keepdims=keepdims)
+
+    def any(self, axis=None, keepdims=False) -> Tensor:
+        return _ops.any(self, axis=axis, keepdims=keepdims)
+
+    def repeat(self, repeats, axis=None) -> Tensor:
+        return _ops.repeat(self, repeats, axis=axis)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1) -> Tensor:
+        return _ops.diagonal(self, offset, axis1, axis2)
+
 
 def _varargs(args: tuple):
     """A method's `*args` as NumPy reads them: `f(2, 3)` and `f((2, 3))` are the same call."""

@@ -82,6 +82,15 @@ IMPLS: dict[str, Callable] = {
     "negative": np.negative, "abs": np.abs, "sign": np.sign, "exp": np.exp, "log": np.log,
     "log1p": np.log1p, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
     "logical_not": np.logical_not,
+    "expm1": np.expm1, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "atan2": np.arctan2,
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "floor": np.floor, "ceil": np.ceil, "round": np.rint,  # rint: halves to even
+    # scipy.special, imported on first use (`import remat` stays without SciPy)
+    "erf": lambda x: __import__("scipy.special").special.erf(x),
+    "erfc": lambda x: __import__("scipy.special").special.erfc(x),
+    "lgamma": lambda x: __import__("scipy.special").special.gammaln(x),
+    "digamma": lambda x: __import__("scipy.special").special.digamma(x),
+    "polygamma": lambda x, *, n: __import__("scipy.special").special.polygamma(n, x),
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
     "pow": np.power, "maximum": np.maximum, "minimum": np.minimum,
     "equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,

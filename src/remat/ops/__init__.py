@@ -3,7 +3,7 @@
 # The order matters: elementwise before shape, whose ops the elementwise rules use (isort would
 # put the modules that import shape first).
 from remat.ops.core import NOT_DIFFERENTIABLE, OPS, Op, declare  # noqa: I001
-from remat.ops.creation import arange, eye, full, linspace, ones, ones_like, zeros, zeros_like
+from remat.ops.creation import arange, eye, full, full_like, linspace, ones, ones_like, zeros, zeros_like
 from remat.ops.elementwise import (
     abs,
     add,
@@ -39,7 +39,7 @@ from remat.ops.elementwise import (
 from remat.ops.identity import barrier, checkpoint_name, stop_gradient
 from remat.ops.indexing import getitem, index_add, take
 from remat.ops.linalg import matmul, outer, tensordot
-from remat.ops.reduce import argmax, argmin, max, mean, min, prod, sum
+from remat.ops.reduce import all, any, argmax, argmin, count_nonzero, max, mean, min, prod, sum
 from remat.ops.shape import (
     broadcast_to,
     concat,
@@ -60,7 +60,46 @@ from remat.ops.cumulative import cumprod, cumsum
 from remat.ops.division import floor_divide, remainder
 from remat.ops.einsum import einsum
 from remat.ops.sort import argsort, sort
-from remat.ops.statistics import std, var
+from remat.ops.statistics import average, std, var
+from remat.ops.transcendental import (
+    arccos,
+    arcsin,
+    arcsinh,
+    arctan,
+    arctan2,
+    arctanh,
+    cosh,
+    exp2,
+    expm1,
+    hypot,
+    log2,
+    log10,
+    logaddexp,
+    reciprocal,
+    sinc,
+    sinh,
+    tan,
+)
+from remat.ops.rounding import ceil, floor, round, trunc
+from remat.ops.nonfinite import fmax, fmin, isfinite, isinf, isnan, nan_to_num, nansum
+from remat.ops.special_functions import digamma, erf, erfc, gammaln, polygamma
+from remat.ops.arrays import (
+    atleast_1d,
+    atleast_2d,
+    atleast_3d,
+    diag,
+    diagonal,
+    meshgrid,
+    moveaxis,
+    ravel,
+    repeat,
+    roll,
+    swapaxes,
+    take_along_axis,
+    tile,
+    tril,
+    triu,
+)
 
 __all__ = [
     "OPS", "NOT_DIFFERENTIABLE", "Op", "declare",
@@ -74,4 +113,12 @@ __all__ = [
     "tensordot", "transpose", "where", "zeros", "zeros_like",
     "argsort", "concatenate", "cumprod", "cumsum", "einsum", "floor_divide", "linspace", "outer",
     "remainder", "sort", "split", "std", "var",
+    # more of NumPy's names
+    "all", "any", "arccos", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "atleast_1d", "atleast_2d",
+    "atleast_3d", "average", "ceil", "cosh", "count_nonzero", "diag", "diagonal", "exp2", "expm1", "floor",
+    "fmax", "fmin", "full_like", "hypot", "isfinite", "isinf", "isnan", "log2", "log10", "logaddexp",
+    "meshgrid", "moveaxis", "nan_to_num", "nansum", "ravel", "reciprocal", "repeat", "roll", "round", "sinc",
+    "sinh", "swapaxes", "take_along_axis", "tan", "tile", "tril", "triu", "trunc",
+    # scipy.special's, public as rm.special
+    "digamma", "erf", "erfc", "gammaln", "polygamma",
 ]

@@ -24,16 +24,23 @@ def full(shape, fill_value, dtype=None) -> Tensor:
     >>> rm.full((2,), 2**40, "int64")
     Tensor([1099511627776, 1099511627776], dtype=int64)
     """
-    shape = shape_tuple("full", shape)
+    return _full("full", shape_tuple("full", shape), fill_value, dtype)
+
+
+def _full(what: str, shape: tuple[int, ...], fill_value, dtype, vaxes: tuple = ()) -> Tensor:
+    """`shape` (which includes the vectorized axes `vaxes`, leading) filled with `fill_value`."""
     if isinstance(fill_value, Tensor):
         from remat.ops.shape import broadcast_to
 
+        if vaxes:
+            shape = shape[len(vaxes):]
         return broadcast_to(asarray(fill_value, dtype), shape)
-    value = values.array(fill_value, dtype, "full")
+    value = values.array(fill_value, dtype, what)
     try:
-        return _tensor(np.full(shape, value, value.dtype))
+        return _tensor(np.full(shape, value, value.dtype))._relabel(vaxes)
     except ValueError:
-        raise ShapeError(f"full: a fill_value of shape {value.shape} does not broadcast to shape {shape}") from None
+        raise ShapeError(f"{what}: a fill_value of shape {value.shape} does not broadcast to shape "
+                         f"{shape[len(vaxes):]}") from None
 
 
 def zeros(shape, dtype=None) -> Tensor:
@@ -59,6 +66,21 @@ def zeros_like(x, dtype=None) -> Tensor:
 def ones_like(x, dtype=None) -> Tensor:
     """Ones with the shape, vectorized axes and (unless given) dtype of `x`."""
     return _filled_like("ones_like", x, 1, dtype)
+
+
+def full_like(x, fill_value, dtype=None, shape=None) -> Tensor:
+    """A tensor with the shape, vectorized axes and (unless given) dtype of `x`, filled with
+    `fill_value`, as `np.full_like`; `shape=` gives another shape.
+
+    >>> import remat as rm
+    >>> rm.full_like(rm.zeros((2,), "int32"), 7.9)
+    Tensor([7, 7], dtype=int32)
+    """
+    x = asarray(x)
+    dtype = x.dtype if dtype is None else dtypes.canonical(dtype, "full_like")
+    if shape is not None:
+        return _full("full_like", shape_tuple("full_like", shape), fill_value, dtype)
+    return _full("full_like", x._full_shape, fill_value, dtype, x.vectorized_axes)
 
 
 def _filled_like(what: str, x, value: int, dtype) -> Tensor:
@@ -94,16 +116,20 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
     return _tensor(values.convert(a, target, "arange"))
 
 
-def eye(n: int, m: int | None = None, k: int = 0, dtype=None) -> Tensor:
-    """An `n` x `m` matrix (`m` defaults to `n`) with ones on diagonal `k`.
+def eye(N: int, M: int | None = None, k: int = 0, dtype=None) -> Tensor:
+    """An `N` x `M` matrix (`M` defaults to `N`) with ones on diagonal `k` (above the main one
+    for `k > 0`), as `np.eye`.
 
     >>> import remat as rm
     >>> rm.eye(2)
     Tensor([[1., 0.],
             [0., 1.]], dtype=float32)
+    >>> rm.eye(2, M=3, k=1, dtype="int32")
+    Tensor([[0, 1, 0],
+            [0, 0, 1]], dtype=int32)
     """
-    n, k = static_int("eye", n, "n"), static_int("eye", k, "k")
-    m = n if m is None else static_int("eye", m, "m")
+    n, k = static_int("eye", N, "N"), static_int("eye", k, "k")
+    m = n if M is None else static_int("eye", M, "M")
     if n < 0 or m < 0:
         raise ArgumentValueError(f"eye: the size {(n, m)} has a negative entry")
     dtype = dtypes.DEFAULT_FLOAT if dtype is None else dtypes.canonical(dtype, "eye")

@@ -11,7 +11,7 @@ import builtins
 import numpy as np
 
 from remat import dtypes, values
-from remat.errors import DTypeError, ShapeError
+from remat.errors import ArgumentTypeError, DTypeError, ShapeError
 from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.trace import Tensor, asarray, bind
 
@@ -51,6 +51,14 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
             raise ShapeError(f"shapes {' and '.join(map(str, map(tuple, shapes)))} do not broadcast")
         out.append(big.pop() if big else 1)
     return tuple(out)
+
+
+def broadcast_shapes_for(what: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """`broadcast_shapes` for the function `what`, whose name its ShapeError starts with."""
+    try:
+        return broadcast_shapes(*shapes)
+    except ShapeError as e:
+        raise ShapeError(f"{what}: {e.message}") from None
 
 
 def _binary_rule(result: str):
@@ -349,13 +357,28 @@ def square(x) -> Tensor:
     return multiply(x, x)
 
 
-def clip(x, min=None, max=None) -> Tensor:
-    """Limit `x` to [min, max]; either bound may be None."""
+def clip(x, min=None, max=None, *, a_min=None, a_max=None) -> Tensor:
+    """Limit `x` to [min, max]; either bound may be None. `a_min` and `a_max` are NumPy's older
+    names for them, accepted as jnp.clip accepts them.
+
+    >>> import remat as rm
+    >>> rm.clip(rm.asarray([-2.0, 0.5, 3.0]), a_min=0.0, max=1.0)
+    Tensor([0. , 0.5, 1. ], dtype=float32)
+    """
+    min, max = _bound("min", min, a_min), _bound("max", max, a_max)
     if min is not None:
         x = maximum(x, min)
     if max is not None:
         x = minimum(x, max)
     return asarray(x)
+
+
+def _bound(name: str, value, alias):
+    if alias is None:
+        return value
+    if value is not None:
+        raise ArgumentTypeError(f"clip: got both {name}= and a_{name}=, which are two names for one bound; pass one")
+    return alias
 
 
 def logical_not(x) -> Tensor:

@@ -1,9 +1,12 @@
-"""Reductions over a tuple of axes: sum, prod, max, min (primitives), argmax, argmin; mean composed.
+"""Reductions over a tuple of axes: sum, prod, max, min (primitives), argmax, argmin; mean, all,
+any and count_nonzero composed.
 
 The primitives drop the reduced axes; `keepdims` is a reshape in the front end.
 """
 
 from __future__ import annotations
+
+import builtins
 
 from remat import dtypes
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError
@@ -181,3 +184,39 @@ def argmax(x, axis: int | None = None, keepdims: bool = False) -> Tensor:
 def argmin(x, axis: int | None = None, keepdims: bool = False) -> Tensor:
     """Index (int32) of the smallest element along `axis` (of the flattened tensor if None)."""
     return _arg(_argmin, x, axis, keepdims)
+
+
+def any(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Whether any element over `axis` is true (nonzero), as `np.any`; False over no elements.
+
+    >>> import remat as rm
+    >>> rm.any(rm.asarray([[0.0, 1.0], [0.0, 0.0]]), axis=1)
+    Tensor([ True, False], dtype=bool)
+    """
+    return _logical("any", _max, x, axis, keepdims)
+
+
+def all(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Whether every element over `axis` is true (nonzero), as `np.all`; True over no elements."""
+    return _logical("all", _min, x, axis, keepdims)
+
+
+def _logical(what: str, op, x, axis, keepdims: bool) -> Tensor:
+    from remat.ops.elementwise import astype, logical_not
+
+    x = astype(x, dtypes.bool_)
+    axes = normalize_axes(axis, x.ndim, what)
+    if builtins.all(x.shape[a] for a in axes):
+        return _reduction(op, x, axes, keepdims)
+    # Over no elements the answer is the identity: count the exceptions instead (no max of nothing).
+    exceptions = sum(x if what == "any" else logical_not(x), axis=axes, keepdims=keepdims)
+    return exceptions > 0 if what == "any" else exceptions == 0
+
+
+def count_nonzero(x, axis=None, keepdims: bool = False) -> Tensor:
+    """The number (int32) of nonzero elements over `axis`, as `np.count_nonzero`."""
+    from remat.ops.elementwise import astype
+
+    x = asarray(x)
+    normalize_axes(axis, x.ndim, "count_nonzero")
+    return sum(astype(x, dtypes.bool_), axis=axis, keepdims=keepdims)

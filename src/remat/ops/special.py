@@ -1,6 +1,6 @@
 """The normal distribution's CDF and quantile function, composed from exp, log, sqrt and where:
-remat has no erf primitive, so these are published fits, accurate far beyond what sampling
-(rm.random.truncated_normal) or exact GELU need.
+published fits (written before the erf primitive of ops/special_functions.py), accurate far
+beyond what sampling (rm.random.truncated_normal) or exact GELU need.
 """
 
 from __future__ import annotations
