@@ -3,17 +3,28 @@
 A program is a function of its seed. `generate(seed)` draws a small recipe — statements over
 float64 inputs with nested blocks: checkpoints with explicit inputs, with none, with tensors
 captured from enclosing scopes (and captures of captures), under every policy; `rm.remat`;
-`rm.vmap` over part of the program or over all of it; `rm.custom_vjp` — and renders it twice,
-as remat code and as jax.numpy code with `jax.checkpoint`, `jax.vmap` and `jax.custom_vjp` where
-remat has its blocks. `check(program)` runs the remat rendering eagerly and under `rm.jit` on
-the NumPy and the XLA backends and compares the loss, its gradient with respect to several
-inputs and, for some programs, a second-order gradient (the gradient of a directional
-derivative) with `jax.grad` in float64.
+`rm.vmap` over part of the program or over all of it; `rm.custom_vjp`; loops (`rm.scan` over a
+stacked input or a length, under each `checkpoint=` schedule; `rm.fori_loop`; `rm.while_loop`
+with a bounded trip count) and branches (`rm.cond`, `rm.switch`, with predicates that vmap
+makes batched) — and renders it twice, as remat code and as jax.numpy code with
+`jax.checkpoint`, `jax.vmap`, `jax.custom_vjp`, `jax.lax.scan`/`fori_loop`/`while_loop`/`cond`/
+`switch` where remat has its blocks. `check(program)` runs the remat rendering eagerly and under
+`rm.jit` on the NumPy and the XLA backends and compares with JAX in float64: the loss, its
+gradient with respect to several inputs, for some programs a second-order gradient (the
+gradient of a directional derivative, or the JVP of the gradient), and for some forward mode
+and Jacobians of the loss's terms (`rm.jvp`, `rm.linearize`, `rm.jacrev` against `jax.jvp` and
+`jax.jacrev`). A program with a while loop is checked in forward mode only (neither library
+differentiates a while loop in reverse).
 
 The generator keeps every value inside a known interval, so no op meets a point where it is
 undefined or ill-conditioned: `log`, `sqrt`, division and `pow` see operands bounded away from
-zero, `exp` moderate ones, and large values are scaled down before they can grow further.
-Agreement is then expected to float64 rounding: RTOL and ATOL below.
+zero, `exp` moderate ones, and large values are scaled down before they can grow further; a
+loop's carry is a contraction (half of it plus half a tanh), so it stays in [-1, 1] and where it
+started. The one exception is deliberate: a branch guarded by its predicate (`sqrt(x - g)` taken
+only where `min(x) > g + 0.1`) is NaN where it is not taken, which a batched predicate evaluates
+and must neither show nor differentiate. Sorted values are made free of ties (offsets one apart
+decide their order), so their gradient is defined. Agreement is then expected to float64
+rounding: RTOL and ATOL below.
 
     python tests/fuzz_programs.py --count 10000 --start 0   # a campaign, with a progress count
     python tests/fuzz_programs.py --seed 17                  # print one program and check it
@@ -27,6 +38,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import re
 import sys
 import time
 import traceback
@@ -64,6 +76,7 @@ class Val:
     hi: float
     scope: Scope
     used: bool = False  # read by a later statement (unused values become outputs)
+    levels: frozenset = frozenset()  # the vmaps it is batched by (some, at least: enough to know it is)
 
     @property
     def mag(self) -> float:
@@ -106,15 +119,29 @@ class Body:
     stmts: list
     outs: list[str]
     names: set[str] = dataclasses.field(default_factory=set)  # checkpoint_name tags it uses
+    signature: list[str] | None = None  # a loop's or a branch's `def` parameters, when not `params`
+    head: list[str] = dataclasses.field(default_factory=list)  # lines before the statements: unpacking
+    ret: dict[str, str] | None = None  # the return expression per language, when not `outs`
+
+
+@dataclasses.dataclass
+class Flow:
+    """A loop or a branch: its bodies as nested `def`s, then `target = call`, per language."""
+
+    kind: str  # scan | fori_loop | while_loop | cond | switch
+    target: str
+    bodies: list[Body]
+    call: dict[str, str]
 
 
 @dataclasses.dataclass
 class Scope:
     """Where statements are being generated: the top level or a block's body."""
 
-    kind: str  # top | checkpoint | remat | vmap | custom_vjp | jit
+    kind: str  # top | checkpoint | remat | vmap | custom_vjp | jit | scan | fori_loop | while_loop | cond | switch
     parent: Scope | None
     size_limit: int
+    closed: bool = False  # reads nothing from outside (a NaN-guarded branch: see `Generator.branches`)
     vals: list[Val] = dataclasses.field(default_factory=list)
     stmts: list = dataclasses.field(default_factory=list)
     names: set[str] = dataclasses.field(default_factory=set)  # checkpoint_name tags used here
@@ -126,7 +153,7 @@ class Scope:
     @property
     def sealed(self) -> bool:
         """A custom_vjp body may read no traced tensor from outside: it sees its own values only."""
-        return self.kind == "custom_vjp"
+        return self.kind == "custom_vjp" or self.closed
 
     def visible(self) -> list[Val]:
         outer = [] if self.sealed or self.parent is None else self.parent.visible()
@@ -145,46 +172,73 @@ class Program:
     seed: int
     input_names: list[str]
     inputs: list[np.ndarray]
-    body: Body  # the loss: its statements, then the sum of the outputs weighted by `weights`
+    body: Body  # the loss's terms: its statements, then each output weighted by `weights` and summed
     weights: list[np.ndarray]
     argnums: int | tuple[int, ...]
     in_axes: tuple | None  # vmap over the whole program: per-example losses and gradients
     directions: list[np.ndarray] | None  # second order: grad of <grad, directions>
     branches: bool  # XLA's lowering of backward blocks: conditionals (the CPU's) or inline (accelerators')
     features: frozenset[str]
+    tangents: list[np.ndarray] | None = None  # forward mode: one per input
+    forward: frozenset[str] = frozenset()  # of jvp, linearize (of the terms, with `tangents`), jacrev
+    reverse: bool = True  # value and gradients; False: the value and forward mode only (a while loop)
+    hvp: bool = False  # second order as the JVP of the gradient along `directions` (forward over reverse)
 
     @property
     def diff(self) -> tuple[int, ...]:
         return (self.argnums,) if isinstance(self.argnums, int) else self.argnums
 
     def source(self, lang: str) -> str:
-        """The loss function as `lang` ("remat" or "jax") code."""
+        """The loss function as `lang` ("remat" or "jax") code: `terms`, the weighted sums of its
+        outputs (what forward mode and Jacobians are taken of), and `loss`, their sum."""
         params = ", ".join(self.input_names)
-        lines = [f"def loss({params}):", *_render_stmts(self.body.stmts, lang, "    ")]
+        lines = [f"def terms({params}):", *_render_stmts(self.body.stmts, lang, "    ")]
         ns = "rm" if lang == "remat" else "jnp"
         terms = [f"{ns}.sum({o} * {_const(w)})" for o, w in zip(self.body.outs, self.weights)]
-        lines.append(f"    return {' + '.join(terms)}")
+        lines += [f"    return ({', '.join(terms)},)", "", "", f"def loss({params}):",
+                  f"    return sum(terms({params}))"]
         return "\n".join(lines) + "\n"
 
     def script(self) -> str:
-        """A standalone remat script: the inputs, the loss and the calls the checker makes."""
+        """A standalone remat script: the inputs, the loss and what the checker computes from it,
+        printed eagerly and under rm.jit on each backend."""
         head = [f"# remat fuzz program, seed {self.seed} ({', '.join(sorted(self.features))})",
                 "import functools", "import unittest.mock", "", "import numpy as np", "", "import remat as rm", ""]
         inputs = [f"{n} = {_const(x)}" for n, x in zip(self.input_names, self.inputs)]
-        args = ", ".join(self.input_names)
-        f = f"rm.value_and_grad(loss, {self.argnums!r})"
-        if self.in_axes is not None:
-            f = f"rm.vmap({f}, in_axes={self.in_axes!r})"
-        calls = ["", *self._calls(f, args)]
         if self.directions is not None:
-            second = "second" if self.in_axes is None else f"rm.vmap(second, in_axes={self.in_axes!r})"
-            calls += ["", f"directions = [{', '.join(_const(d) for d in self.directions)}]", "",
-                      "def second(*xs):  # the gradient of <the gradient, directions>",
-                      "    def phi(*ys):",
+            inputs.append(f"directions = [{', '.join(_const(d) for d in self.directions)}]")
+        if self.tangents is not None:
+            inputs.append(f"tangents = ({', '.join(_const(t) for t in self.tangents)},)")
+        args = ", ".join(self.input_names)
+        f = "everything" if self.in_axes is None else f"rm.vmap(everything, in_axes={self.in_axes!r})"
+        return "\n".join(head + inputs + ["", self.source("remat"), "", *self._everything(args), "",
+                                          *self._calls(f, args)]) + "\n"
+
+    def _everything(self, args: str) -> list[str]:
+        """The checker's computation (`_transforms`) as remat code."""
+        lines = [f"def everything({args}):  # what the checker compares with JAX", "    out = {}"]
+        if self.reverse:
+            lines.append(f"    out['value'], out['grad'] = rm.value_and_grad(loss, {self.argnums!r})({args})")
+        else:
+            lines.append(f"    out['value'] = loss({args})")
+        if self.directions is not None and self.hvp:
+            it = iter(range(len(self.diff)))
+            ts = [f"directions[{next(it)}]" if i in self.diff else f"rm.zeros_like({n})"
+                  for i, n in enumerate(self.input_names)]
+            lines.append(f"    out['d2'] = rm.jvp(rm.grad(loss, {self.diff!r}), ({args},), ({', '.join(ts)},))[1]"
+                         "  # forward over reverse")
+        elif self.directions is not None:
+            lines += ["", "    def phi(*ys):  # <the gradient, directions>",
                       f"        grads = rm.grad(loss, {self.diff!r})(*ys)",
-                      "        return sum(rm.sum(g * d) for g, d in zip(grads, directions))",
-                      "", f"    return rm.grad(phi, {self.diff!r})(*xs)", "", *self._calls(second, args)]
-        return "\n".join(head + inputs + ["", self.source("remat")] + calls) + "\n"
+                      "        return sum(rm.sum(g * d) for g, d in zip(grads, directions))", "",
+                      f"    out['d2'] = rm.grad(phi, {self.diff!r})({args})"]
+        if "jvp" in self.forward:
+            lines.append(f"    out['jvp'] = rm.jvp(terms, ({args},), tangents)")
+        if "linearize" in self.forward:
+            lines += [f"    y, f_jvp = rm.linearize(terms, {args})", "    out['linearize'] = (y, f_jvp(*tangents))"]
+        if "jacrev" in self.forward:
+            lines.append(f"    out['jacrev'] = rm.jacrev(terms, {self.argnums!r})({args})")
+        return lines + ["    return out"]
 
     def _calls(self, f: str, args: str) -> list[str]:
         on_xla = f"print(rm.jit({f}, backend='xla')({args}))"
@@ -198,9 +252,20 @@ def _render_stmts(stmts: list, lang: str, indent: str) -> list[str]:
     for s in stmts:
         if isinstance(s, Stmt):
             lines.append(f"{indent}{s.out} = {getattr(s, lang)}")
+        elif isinstance(s, Flow):
+            lines += [line for b in s.bodies for line in _render_def(b, lang, indent)]
+            lines.append(f"{indent}{s.target} = {s.call[lang]}")
         else:
             lines += _render_block(s, lang, indent)
     return lines
+
+
+def _render_def(body: Body, lang: str, indent: str) -> list[str]:
+    """A loop's or a branch's body: `def`, unpacking, statements, return."""
+    ret = body.ret[lang] if body.ret else body.outs[0] if len(body.outs) == 1 else ", ".join(body.outs)
+    return [f"{indent}def {body.name}({', '.join(body.signature or body.params)}):",
+            *(f"{indent}    {line}" for line in body.head), *_render_stmts(body.stmts, lang, indent + "    "),
+            f"{indent}    return {ret}"]
 
 
 _POLICIES = {
@@ -307,6 +372,11 @@ class Generator:
         self.arrays: list[np.ndarray] = []
         self.in_axes: list = []
         self.statements = 0
+        # A while loop has no reverse mode, and JAX no forward mode through a custom_vjp: a program
+        # is checked in forward mode only (and may have while loops, no custom_vjp), or not.
+        self.forward_only = self.chance(0.12)
+        self.custom_vjp = False
+        self.no_second = False  # a binomial scan: its gradient is not differentiated again
 
     # ------------------------------------------------------------ random choices
 
@@ -339,7 +409,9 @@ class Generator:
     # ------------------------------------------------------------ values
 
     def emit(self, remat: str, jax_: str, shape, lo: float, hi: float) -> Val:
-        v = Val(self.name(), tuple(shape), float(lo), float(hi), self.scope)
+        names = set(_NAME.findall(remat))
+        levels = frozenset().union(*(w.levels for w in self.scope.visible() if w.name in names))
+        v = Val(self.name(), tuple(shape), float(lo), float(hi), self.scope, levels=levels)
         self.scope.stmts.append(Stmt(v.name, remat, jax_))
         self.scope.vals.append(v)
         return v
@@ -362,6 +434,7 @@ class Generator:
         full = list(shape)
         if axis is not None:
             full.insert(axis if axis >= 0 else len(full), self.batch)
+            v.levels = frozenset({"program"})
         x = self.values(tuple(full))
         v.lo, v.hi = float(x.min()), float(x.max())
         self.inputs.append(v)
@@ -437,7 +510,9 @@ class Generator:
     def statement(self) -> Val | None:
         self.statements += 1
         kinds = {"unary": 4, "binary": 5, "matmul": 2.5, "reduce": 2, "shape": 3.5, "index": 2,
-                 "nn": 2.5, "special": 0.7}
+                 "nn": 2.5, "special": 0.7, "sort": 0.8}
+        if self.scope.kind in ("cond", "switch", "vmap"):  # sorts and reductions under a batched branch
+            kinds.update(reduce=3.5, sort=2.5)
         if self.scope.depth < MAX_DEPTH and self.statements < MAX_STATEMENTS - 3:
             kinds["block"] = 7 if self.scope.depth == 0 else 4
         if self.scope.kind in ("checkpoint", "remat"):
@@ -685,6 +760,7 @@ class Generator:
                   "logsumexp": (v.lo, v.hi + math.log(n))}[op]
         args = f"axis={axis!r}" + (", keepdims=True" if keep else "")
         fn = "{nn}.logsumexp" if op == "logsumexp" else f"{{np}}.{op}"
+        self.features.add("reduction")
         return self.same(f"{fn}({{0}}, {args})", v, shape=shape, lo=lo, hi=hi)
 
     def gen_shape(self) -> Val | None:
@@ -969,9 +1045,15 @@ class Generator:
     # ------------------------------------------------------------ blocks
 
     def gen_block(self) -> Val | None:
-        kind = self.weighted({"checkpoint": 5, "remat": 1.5, "vmap": 2.5, "custom_vjp": 1, "jit": 0.7})
-        if kind == "vmap":
-            return self.gen_vmap()
+        batched = any(v.levels for v in self.scope.visible())
+        kind = self.weighted({"checkpoint": 5, "remat": 1.5, "vmap": 2.5, "custom_vjp": 0 if self.forward_only else 1,
+                              "jit": 0.7, "scan": 2.5, "fori_loop": 1, "while_loop": 2.5 if self.forward_only else 0,
+                              "cond": 3 if batched else 1.5, "switch": 2.5 if batched else 1})
+        if kind in ("vmap", "scan", "fori_loop", "while_loop"):
+            return getattr(self, "gen_" + kind)()
+        if kind in ("cond", "switch"):
+            return self.branches(kind)
+        self.custom_vjp |= kind == "custom_vjp"
         style = "call"
         n = int(self.rng.integers(1, 4))
         if kind == "checkpoint":
@@ -999,11 +1081,12 @@ class Generator:
             self.features.add(f"{kind} inside {self.scope.kind}")
         return self.finish_block(kind, style, args, body, outs, options)
 
-    def body(self, kind: str, args: list[Val], shapes: list, limit: int):
+    def body(self, kind: str, args: list[Val], shapes: list, limit: int, levels=None):
         """Generate a block's body in a new scope; returns (Body, its output Vals)."""
         parent = self.scope
         self.scope = scope = Scope(kind, parent, limit)
-        params = [Val(self.name("p"), tuple(s), a.lo, a.hi, scope) for a, s in zip(args, shapes)]
+        levels = levels or [a.levels for a in args]
+        params = [Val(self.name("p"), tuple(s), a.lo, a.hi, scope, levels=lv) for a, s, lv in zip(args, shapes, levels)]
         scope.vals += params
         for _ in range(int(self.rng.integers(1, 5))):
             self.statement()
@@ -1018,8 +1101,8 @@ class Generator:
         self.scope = parent
         return Body(self.name("b"), [p.name for p in params], scope.stmts, [o.name for o in outs], scope.names), outs
 
-    def finish_block(self, kind, style, args, body, outs, options, out_shapes=None) -> Val:
-        results = [Val(self.name(), tuple(s), o.lo, o.hi, self.scope)
+    def finish_block(self, kind, style, args, body, outs, options, out_shapes=None, level=None) -> Val:
+        results = [Val(self.name(), tuple(s), o.lo, o.hi, self.scope, levels=o.levels - {level})
                    for o, s in zip(outs, out_shapes or [o.shape for o in outs])]
         self.scope.stmts.append(Block(kind, style, [r.name for r in results], [a.name for a in args], body, options))
         self.scope.vals += results
@@ -1039,7 +1122,9 @@ class Generator:
             axes.append(self.choice(same) if same and self.chance(0.6) else None)
         inner = [tuple(d for i, d in enumerate(a.shape) if i != (x % a.ndim)) if x is not None else a.shape
                  for a, x in zip(args, axes)]
-        body, outs = self.body("vmap", args, inner, max(1, self.scope.size_limit // n))
+        level = self.name("vmap")
+        levels = [a.levels | {level} if x is not None else a.levels for a, x in zip(args, axes)]
+        body, outs = self.body("vmap", args, inner, max(1, self.scope.size_limit // n), levels)
         out_axes = [int(self.rng.integers(-o.ndim - 1, o.ndim + 1)) for o in outs]
         shapes = []
         for o, a in zip(outs, out_axes):
@@ -1051,7 +1136,277 @@ class Generator:
         self.features.add("vmap")
         if self.scope.depth:
             self.features.add(f"vmap inside {self.scope.kind}")
-        return self.finish_block("vmap", "call", args, body, outs, {"in_axes": in_axes, "out_axes": out_spec}, shapes)
+        return self.finish_block("vmap", "call", args, body, outs, {"in_axes": in_axes, "out_axes": out_spec}, shapes,
+                                 level)
+
+    # ------------------------------------------------------------ loops and branches
+
+    @contextlib.contextmanager
+    def scoped(self, kind: str, limit: int, closed: bool = False):
+        """Generate a loop's or a branch's body in a new scope."""
+        parent, self.scope = self.scope, Scope(kind, self.scope, limit, closed)
+        try:
+            yield self.scope
+        finally:
+            self.scope = parent
+
+    def param(self, shape, lo: float, hi: float, levels=frozenset()) -> Val:
+        v = Val(self.name("p"), tuple(shape), float(lo), float(hi), self.scope, levels=frozenset(levels))
+        self.scope.vals.append(v)
+        return v
+
+    def note(self, feature: str) -> None:
+        self.features.add(feature)
+        if self.scope.depth:
+            self.features.add(f"{feature} inside {self.scope.kind}")
+
+    def fill(self, least: int, most: int) -> None:
+        for _ in range(int(self.rng.integers(least, most + 1))):
+            self.statement()
+
+    def flow(self, kind: str, bodies: list[Body], remat: str, jax_: str, results: list[Val], target: str) -> Val:
+        self.scope.stmts.append(Flow(kind, target, bodies, {"remat": remat, "jax": jax_}))
+        self.scope.vals += results
+        return results[0]
+
+    def carries(self, limit: int) -> list[Val]:
+        """A loop's initial carries: one, or a pair (a tuple)."""
+        n = 2 if self.chance(0.3) else 1
+        if n == 2:
+            self.features.add("loop carries a tuple")
+        return [self.operand(lambda v: v.size <= limit, shape=self.shape(limit)) for _ in range(n)]
+
+    def carry_params(self, inits: list[Val]) -> list[Val]:
+        """The body's carries, in [-1, 1] and where they start: `update` keeps them there."""
+        return [self.param(c.shape, min(c.lo, -1.0), max(c.hi, 1.0), c.levels) for c in inits]
+
+    def update(self, c: Val) -> Val:
+        """The carry's next value: half of it and half the tanh of a recent value of the body that
+        broadcasts to it (of the mean of one, else). From [lo, hi] with lo <= -1 <= 1 <= hi it
+        stays in [lo, hi], however many steps run."""
+        fits = [v for v in self.scope.vals[::-1] if v is not c and _broadcast(v.shape, c.shape) == c.shape]
+        if fits and self.chance(0.85):
+            v, template = fits[0], "0.5 * {0} + 0.5 * {np}.tanh({1})"
+        else:
+            v, template = self.scope.vals[-1], "0.5 * {0} + 0.5 * {np}.tanh({np}.mean({1}))"
+        c.used = v.used = True
+        return self.same(template, c, v, shape=c.shape, lo=c.lo, hi=c.hi)
+
+    def loop_results(self, inits: list[Val], news: list[Val]) -> list[Val]:
+        return [Val(self.name(), c.shape, min(c.lo, -1.0), max(c.hi, 1.0), self.scope, levels=c.levels | n.levels)
+                for c, n in zip(inits, news)]
+
+    def gen_scan(self) -> Val:
+        xs = None
+        if self.chance(0.8):
+            n = int(self.rng.integers(1, 5))
+            xs = self.operand(lambda v: v.ndim >= 1, shape=(n,) + self.shape(max(1, self.scope.size_limit // n))[:2])
+        length = xs.shape[0] if xs is not None else int(self.rng.integers(1, 5))
+        limit = max(1, self.scope.size_limit // length)
+        inits = self.carries(limit)
+        schedule = self.weighted({"none": 3, "step": 1.5, "segments": 1.5, "binomial": 1.5})
+        reverse = self.chance(0.25)
+        with self.scoped("scan", limit) as scope:
+            cs = self.carry_params(inits)
+            x = self.param(xs.shape[1:], xs.lo, xs.hi, xs.levels) if xs is not None else None
+            self.fill(1, 3)
+            news = [self.update(c) for c in cs]
+            y = self.choice([v for v in scope.vals if v not in cs and v is not x and v.size <= limit][-3:])
+            y.used = True
+        name = self.name("b")
+        carry = [c.name for c in cs]
+        ret = f"{_tuple([n.name for n in news])}, {y.name}"
+        body = Body(name, [], scope.stmts, [], signature=[carry[0] if len(cs) == 1 else f"c_{name}",
+                                                          "_" if x is None else x.name],
+                    head=[f"{', '.join(carry)} = c_{name}"] if len(cs) > 1 else [], ret={"remat": ret, "jax": ret})
+        args = f"{_tuple([c.name for c in inits])}, {'None' if xs is None else xs.name}"
+        kw = (f", length={length}" if xs is None else "") + (", reverse=True" if reverse else "")
+        option = ""
+        if schedule == "step":
+            option = ", checkpoint='step'"
+        elif schedule != "none":
+            option = f", checkpoint=rm.loops.{schedule}({self.choice(['', '1', '2', '3'])})"
+        self.no_second |= schedule == "binomial"
+        results = self.loop_results(inits, news)
+        ys = Val(self.name(), (length,) + y.shape, y.lo, y.hi, self.scope, levels=y.levels)
+        self.note("scan")
+        self.features.update({f"scan {schedule}"} if schedule != "none" else set())
+        self.features.update({"scan reverse"} if reverse else {"scan over a length"} if xs is None else set())
+        fn = f"jax.checkpoint({name})" if schedule == "step" else name  # JAX has no other schedules
+        return self.flow("scan", [body], f"rm.scan({name}, {args}{kw}{option})", f"jax.lax.scan({fn}, {args}{kw})",
+                         results + [ys], f"{_tuple([r.name for r in results])}, {ys.name}")
+
+    def gen_fori_loop(self) -> Val:
+        lo = self.choice([0, 0, 1, -1])
+        hi = lo + int(self.rng.integers(1, 5))
+        inits = self.carries(self.scope.size_limit)
+        i = self.name("i")
+        with self.scoped("fori_loop", self.scope.size_limit) as scope:
+            k = self.choice([0.25, -0.5, 0.1])
+            self.emit(f"rm.astype({i}, 'float64') * {k!r}", f"jnp.astype({i}, 'float64') * {k!r}", (),
+                      min(lo * k, (hi - 1) * k), max(lo * k, (hi - 1) * k))
+            cs = self.carry_params(inits)
+            self.fill(1, 3)
+            news = [self.update(c) for c in cs]
+        name = self.name("b")
+        ret = _tuple([n.name for n in news])
+        carry = [c.name for c in cs]
+        body = Body(name, [], scope.stmts, [], signature=[i, carry[0] if len(cs) == 1 else f"c_{name}"],
+                    head=[f"{', '.join(carry)} = c_{name}"] if len(cs) > 1 else [], ret={"remat": ret, "jax": ret})
+        results = self.loop_results(inits, news)
+        args = f"{lo}, {hi}, {name}, {_tuple([c.name for c in inits])}"
+        self.note("fori_loop")
+        return self.flow("fori_loop", [body], f"rm.fori_loop({args})", f"jax.lax.fori_loop({args})", results,
+                         ", ".join(r.name for r in results))
+
+    def gen_while_loop(self) -> Val:
+        """A while loop over (step, carries...) that runs at most n steps, and fewer where the
+        first carry's max reaches a threshold: under vmap, each entry stops at its own step."""
+        n = int(self.rng.integers(1, 5))
+        inits = self.carries(self.scope.size_limit)
+        cond, name, i = self.name("b"), self.name("b"), self.name("i")
+        early = self.chance(0.6)
+        t = round(float(self.rng.uniform(-0.5, 1.0)), 3)
+        pred = {lang: f"{ns}.logical_and(s[0] < {n}, {ns}.max(s[1]) < {t!r})" if early else f"s[0] < {n}"
+                for lang, ns in (("remat", "rm"), ("jax", "jnp"))}
+        with self.scoped("while_loop", self.scope.size_limit) as scope:
+            cs = self.carry_params(inits)
+            self.fill(1, 3)
+            news = [self.update(c) for c in cs]
+        ret = f"{i} + 1, {', '.join(v.name for v in news)}"
+        bodies = [Body(cond, [], [], [], signature=["s"], ret=pred),
+                  Body(name, [], scope.stmts, [], signature=["s"], head=[f"{i}, {', '.join(c.name for c in cs)} = s"],
+                       ret={"remat": ret, "jax": ret})]
+        results = self.loop_results(inits, news)
+        init = ", ".join(c.name for c in inits)
+        self.note("while_loop")
+        if early and any(c.levels for c in inits):
+            self.features.add("while_loop under vmap")
+        return self.flow("while_loop", bodies, f"rm.while_loop({cond}, {name}, (rm.asarray(0), {init}))",
+                         f"jax.lax.while_loop({cond}, {name}, (jnp.asarray(0), {init}))", results,
+                         f"_, {', '.join(r.name for r in results)}")
+
+    def branches(self, kind: str) -> Val:
+        """rm.cond or rm.switch over one or two operands; each branch returns the first one's shape.
+        The predicate reads a batched value when one is visible, so that under vmap each entry
+        takes its own branch. Some branches are guarded by the predicate (see `branch`)."""
+        s = self.pick(lambda v: bool(v.levels)) if self.chance(0.85) else None
+        s = self.operand() if s is None else self.tame(s)
+        guard = s.hi - s.lo >= 0.2 and self.chance(0.4)
+        ops = [s] if guard or self.chance(0.4) else [self.operand()]
+        if self.chance(0.4):
+            ops.append(self.operand())
+        k = 2 if kind == "cond" else int(self.rng.integers(2, 5))
+        g = t = None
+        if guard:
+            g = round(float(self.rng.uniform(s.lo - 0.1, (s.lo + s.hi) / 2)), 3)
+            t = round(g + 0.1, 4)
+            pred, guarded = self.guarded_index(kind, s, t, k)
+        else:
+            pred, guarded = self.index(kind, s, k), set()
+        made = [self.branch(kind, ops, j in guarded, s, g, t) for j in range(k)]
+        bodies, outs = [b for b, _ in made], [v for _, v in made]
+        lo, hi = _hull(*outs)
+        result = Val(self.name(), ops[0].shape, lo, hi, self.scope,
+                     levels=s.levels.union(*(o.levels for o in outs)))
+        names = ", ".join(o.name for o in ops)
+        fns = f"{bodies[1].name}, {bodies[0].name}" if kind == "cond" else f"[{', '.join(b.name for b in bodies)}]"
+        self.note(kind)
+        if s.levels:
+            self.features.add(f"{kind} under vmap")
+        if guard and s.levels:
+            self.features.add("nan branch under vmap")
+        ns = {"remat": "rm", "jax": "jax.lax"}
+        r, j = (f"{ns[lang]}.{kind}({pred[lang]}, {fns}, {names})" for lang in ("remat", "jax"))
+        return self.flow(kind, bodies, r, j, [result], result.name)
+
+    def guarded_index(self, kind: str, s: Val, t: float, k: int) -> tuple[dict, set[int]]:
+        """The predicate (or index) and the branches that are taken only where min(s) > t."""
+        m = "{np}.min({0})".format(s.name, np="{np}")
+        if kind == "cond":
+            above = self.chance(0.5)
+            pred = f"{m} > {t!r}" if above else f"{m} <= {t!r}"
+            return _langs(pred), {1 if above else 0}
+        t2 = round(t + float(self.rng.uniform(0.05, 0.5)), 3)
+        # 0, 1 or 2 thresholds passed, maybe less one (clamped to 0): any branch past 0 needs min(s) > t
+        index = f"({m} > {t!r}).astype('int32') + ({m} > {t2!r}).astype('int32')" + self.choice(["", " - 1"])
+        guarded = {j for j in range(1, k) if self.chance(0.6)} or {1}
+        return _langs(index), guarded
+
+    def index(self, kind: str, s: Val, k: int) -> dict:
+        """A predicate (an index) reading `s`: a statistic against thresholds in its range."""
+        stat = self.choice(["sum", "mean", "max", "min"])
+        n = s.size if stat == "sum" else 1
+        ts = sorted(round(float(self.rng.uniform(s.lo, s.hi)) * n, 3) for _ in range(2))
+        m = f"{{np}}.{stat}({s.name})"
+        if kind == "cond":
+            return _langs(f"{m} {self.choice(['>', '<'])} {ts[0]!r}")
+        if self.chance(0.3):  # how many entries are above a threshold: may pass the last branch (clamped)
+            return _langs(f"{{np}}.sum({s.name} > {round(float(self.rng.uniform(s.lo, s.hi)), 3)!r})")
+        offset = self.choice(["", "", " - 1", " + 1"])  # out of range at either end: clamped
+        return _langs(f"({m} > {ts[0]!r}).astype('int32') + ({m} > {ts[1]!r}).astype('int32'){offset}")
+
+    def branch(self, kind: str, ops: list[Val], guarded: bool, s: Val, g, t) -> tuple[Body, Val]:
+        """One branch: a body over the operands, returning the first one's shape. A guarded branch
+        (taken only where min(s) > t = g + 0.1) starts with sqrt or log of s - g: defined where it
+        is taken, NaN at entries that take another branch when the predicate is batched. It reads
+        nothing from outside (see `Scope.closed`), but now and then s itself, captured."""
+        closed = guarded and self.chance(0.85)
+        with self.scoped(kind, self.scope.size_limit, closed) as scope:
+            ps = [self.param(o.shape, o.lo, o.hi, o.levels) for o in ops]
+            if guarded:
+                x = ps[0] if closed or self.chance(0.5) else s
+                if x is ps[0]:
+                    x.lo = t
+                else:
+                    self.features.add("nan branch reads a capture")
+                f = self.choice(["sqrt", "log"])
+                fn = getattr(math, f)
+                self.same(f"{{np}}.{f}({{0}} - {g!r})", x, shape=x.shape, lo=fn(t - g), hi=fn(max(x.hi, t) - g))
+                self.features.add("nan branch")
+            self.fill(0, 2 if guarded else 3)
+            v, target = scope.vals[-1], ops[0].shape
+            if v.shape != target:
+                inner = "{0}" if _broadcast(v.shape, target) == target else "{np}.mean({0})"
+                v = self.same(f"{{np}}.broadcast_to({inner}, {target!r})", v, shape=target, lo=v.lo, hi=v.hi)
+            v.used = True
+        return Body(self.name("b"), [p.name for p in ps], scope.stmts, [v.name], scope.names), v
+
+    def gen_sort(self) -> Val | None:
+        """rm.sort of a value without ties: scaled into [-0.4, 0.4] plus offsets one apart in a
+        random order along the axis, which decide the order (an input without ties as it is)."""
+        v = self.operand(lambda w: w.ndim >= 1, shape=self.shape()[:2] or (3,))
+        if v.ndim == 0:
+            return None
+        axis = self.choice([-1, None] + list(range(v.ndim)))
+        if not (v in self.inputs and _distinct(self.arrays[self.inputs.index(v)])):
+            k = float(f"{0.4 / max(v.mag, 1e-3):.3g}")
+            order = self.rng.permutation(v.size).reshape(v.shape) if axis is None else \
+                np.argsort(self.rng.random(v.shape), axis=axis)
+            n = v.size if axis is None else v.shape[axis]
+            off = _const(order.astype(float))
+            v = self.emit(f"{v.name} * {k!r} + {off}", f"{v.name} * {k!r} + jnp.asarray({off})", v.shape,
+                          min(v.lo * k, v.hi * k), n - 1 + max(v.lo * k, v.hi * k))
+        descending = ", descending=True" if self.chance(0.3) else ""
+        self.features.add("sort")
+        return self.same(f"{{np}}.sort({{0}}, axis={axis!r}{descending})", v,
+                         shape=(v.size,) if axis is None else v.shape, lo=v.lo, hi=v.hi)
+
+
+_NAME = re.compile(r"\b[vxp]\d+\b")  # the names of values in a statement's text
+
+
+def _tuple(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"({', '.join(names)})"
+
+
+def _langs(template: str) -> dict[str, str]:
+    """`template` with `{np}` as each language writes it."""
+    return {"remat": template.replace("{np}", "rm"), "jax": template.replace("{np}", "jnp")}
+
+
+def _distinct(a: np.ndarray) -> bool:
+    return np.unique(a).size == a.size
 
 
 def _index_text(item) -> str:
@@ -1084,17 +1439,42 @@ def generate(seed: int) -> Program:
     k = len(g.inputs)
     diff = tuple(sorted(g.rng.choice(k, size=int(g.rng.integers(1, k + 1)), replace=False).tolist()))
     argnums = diff[0] if len(diff) == 1 and g.chance(0.5) else diff
-    directions = None
-    if g.chance(0.3):
+    forward = _forward_checks(g)
+    directions, hvp = None, False
+    if not g.forward_only and not g.no_second and g.chance(0.3):
         directions = [np.round(g.rng.uniform(-1, 1, g.inputs[i].shape), 4) for i in diff]
         g.features.add("second order")
+        hvp = not g.custom_vjp and g.chance(0.35)  # JAX has no forward mode through a custom_vjp
+        if hvp:
+            g.features.add("forward over reverse")
+    tangents = None
+    if forward & {"jvp", "linearize"}:
+        tangents = [np.round(g.rng.uniform(-1, 1, v.shape), 4) for v in g.inputs]
     in_axes = tuple(g.in_axes) if g.per_example else None
     if in_axes:
         g.features.add("vmap over the program")
     branches = seed % 2 == 0
     g.features.add("xla branches" if branches else "xla inline")
+    g.features.update(forward)
+    if g.forward_only:
+        g.features.add("forward only")
     return Program(seed, [v.name for v in g.inputs], g.arrays, body, weights, argnums, in_axes, directions,
-                   branches, frozenset(g.features))
+                   branches, frozenset(g.features), tangents, frozenset(forward), not g.forward_only, hvp)
+
+
+LOOPS = ("scan", "fori_loop", "while_loop", "cond", "switch")
+
+
+def _forward_checks(g: Generator) -> set[str]:
+    """Which of jvp, linearize (of the terms, along random tangents) and jacrev a program gets:
+    most programs with loops or branches, some others. A while loop: forward mode only; a
+    custom_vjp: no forward mode (JAX refuses it)."""
+    if g.forward_only:
+        return {"jvp", "linearize"}
+    if not g.chance(0.55 if g.features & set(LOOPS) else 0.1):
+        return set()
+    allowed = ["jacrev"] if g.custom_vjp else ["jvp", "linearize", "jacrev"]
+    return {c for c in allowed if g.chance(0.5)} or {g.choice(allowed)}
 
 
 # ---------------------------------------------------------------- running both renderings
@@ -1113,8 +1493,8 @@ def _jax_cross_entropy(logits, labels):
     return -jnp.mean(jnp.sum(picked, axis=-1))
 
 
-def load(program: Program, lang: str) -> Callable:
-    """The loss function of `program` rendered in `lang` and executed."""
+def load(program: Program, lang: str, name: str = "loss") -> Callable:
+    """The loss function of `program` (or its `terms`) rendered in `lang` and executed."""
     ns = {"np": np, "functools": functools}
     if lang == "remat":
         ns["rm"] = rm
@@ -1122,17 +1502,28 @@ def load(program: Program, lang: str) -> Callable:
         ns.update(jax=jax, jnp=jnp, checkpoint_name=jax_checkpoint_name, ref_layer_norm=_jax_layer_norm,
                   ref_cross_entropy=_jax_cross_entropy)
     exec(compile(program.source(lang), f"<fuzz program {program.seed} ({lang})>", "exec"), ns)
-    return ns["loss"]
+    return ns[name]
 
 
-def _transforms(program: Program, loss: Callable, lib) -> tuple[Callable, Callable]:
-    """(the per-program loss, everything checked: value, gradients, second order), written with
-    `lib` (remat or jax) so both sides compute the same things the same way."""
-    diff, in_axes = program.diff, program.in_axes
-    vg = lib.value_and_grad(loss, program.argnums)
-    directions = program.directions
+def _transforms(program: Program, lang: str, lib) -> tuple[Callable, Callable]:
+    """(the per-program loss, everything checked: value, gradients, second order, forward mode
+    and Jacobians), written with `lib` (remat or jax) so both sides compute the same things the
+    same way; `Program._everything` writes the same as remat code. JAX's oracle for
+    `rm.linearize` is `jax.jvp`."""
+    loss, terms = load(program, lang), load(program, lang, "terms")
+    diff, in_axes, directions = program.diff, program.in_axes, program.directions
+    tangents = None if program.tangents is None else tuple(program.tangents)
+    if lib is jax:  # as JAX arrays: a NumPy one closed over by jit is a constant some rules reject
+        directions = None if directions is None else [jnp.asarray(d) for d in directions]
+        tangents = None if tangents is None else tuple(jnp.asarray(t) for t in tangents)
 
     def second(*xs):
+        if program.hvp:
+            it = iter(directions)
+            ts = tuple(next(it) if i in diff else lib.zeros_like(x) if lib is rm else jnp.zeros_like(x)
+                       for i, x in enumerate(xs))
+            return lib.jvp(lib.grad(loss, diff), xs, ts)[1]
+
         def phi(*ys):
             gs = lib.grad(loss, diff)(*ys)
             return sum(_sum(lib, g * d) for g, d in zip(gs, directions))
@@ -1140,9 +1531,24 @@ def _transforms(program: Program, loss: Callable, lib) -> tuple[Callable, Callab
         return lib.grad(phi, diff)(*xs)
 
     def everything(*xs):
-        value, grads = vg(*xs)
-        grads = grads if isinstance(program.argnums, tuple) else (grads,)
-        return (value, grads, second(*xs)) if directions is not None else (value, grads)
+        out = {}
+        if program.reverse:
+            out["value"], out["grad"] = lib.value_and_grad(loss, program.argnums)(*xs)
+        else:
+            out["value"] = loss(*xs)
+        if directions is not None:
+            out["d2"] = second(*xs)
+        if "jvp" in program.forward:
+            out["jvp"] = lib.jvp(terms, xs, tangents)
+        if "linearize" in program.forward:
+            if lib is rm:
+                y, f_jvp = rm.linearize(terms, *xs)
+                out["linearize"] = (y, f_jvp(*tangents))
+            else:
+                out["linearize"] = jax.jvp(terms, xs, tangents)
+        if "jacrev" in program.forward:
+            out["jacrev"] = lib.jacrev(terms, program.argnums)(*xs)
+        return out
 
     if in_axes is not None:
         return lib.vmap(loss, in_axes=in_axes), lib.vmap(everything, in_axes=in_axes)
@@ -1153,21 +1559,29 @@ def _sum(lib, x):
     return lib.sum(x) if lib is rm else jnp.sum(x)
 
 
-def _flatten(result, diff) -> dict[str, np.ndarray]:
-    out = {"value": np.asarray(result[0])}
-    for k, i in enumerate(diff):
-        out[f"grad x{i}"] = np.asarray(result[1][k])
-        if len(result) > 2:
-            out[f"d2 x{i}"] = np.asarray(result[2][k])
+def _flatten(result: dict, program: Program) -> dict[str, np.ndarray]:
+    """The leaves of `everything`'s result, each named for a failure report."""
+    out = {"value": np.asarray(result["value"])}
+    for key in ("grad", "d2"):
+        if key in result:
+            per_input = result[key] if isinstance(result[key], (tuple, list)) else (result[key],)
+            out.update({f"{key} x{i}": np.asarray(g) for i, g in zip(program.diff, per_input)})
+    for key in ("jvp", "linearize"):
+        if key in result:
+            for part, values in zip(("", "tangent "), result[key]):
+                out.update({f"{key} {part}term {k}": np.asarray(v) for k, v in enumerate(values)})
+    for k, row in enumerate(result.get("jacrev", ())):
+        row = row if isinstance(row, (tuple, list)) else (row,)
+        out.update({f"jacrev term {k} x{i}": np.asarray(j) for i, j in zip(program.diff, row)})
     return out
 
 
 def jax_results(program: Program) -> dict[str, np.ndarray]:
     """What JAX computes, in float64."""
     with jax.enable_x64(True):
-        loss, everything = _transforms(program, load(program, "jax"), jax)
+        loss, everything = _transforms(program, "jax", jax)
         xs = [jnp.asarray(x) for x in program.inputs]
-        return _flatten(jax.tree_util.tree_map(np.asarray, jax.jit(everything)(*xs)), program.diff)
+        return _flatten(jax.tree_util.tree_map(np.asarray, jax.jit(everything)(*xs)), program)
 
 
 MODES = ("eager", "numpy", "xla")
@@ -1176,14 +1590,14 @@ MODES = ("eager", "numpy", "xla")
 def remat_results(program: Program, mode: str) -> dict[str, np.ndarray]:
     """What remat computes in `mode`: eager (ops run one by one; grad as one traced program),
     or under rm.jit on the NumPy or the XLA backend."""
-    loss, everything = _transforms(program, load(program, "remat"), rm)
+    loss, everything = _transforms(program, "remat", rm)
     xs = [rm.asarray(x) for x in program.inputs]
     if mode == "eager":
-        out = _flatten(everything(*xs), program.diff)
+        out = _flatten(everything(*xs), program)
         out["eager forward"] = np.asarray(loss(*xs))
         return out
     with _lowering(program.branches) if mode == "xla" else contextlib.nullcontext():
-        return _flatten(rm.jit(everything, backend=mode)(*xs), program.diff)
+        return _flatten(rm.jit(everything, backend=mode)(*xs), program)
 
 
 @contextlib.contextmanager
@@ -1228,7 +1642,9 @@ def check(program: Program, modes=MODES) -> tuple[int, list[Failure]]:
         # A tagged value nothing reads is not in the traced body, so a policy naming only it
         # warns that the name is unused. The generator does not track liveness: not a failure.
         warnings.simplefilter("ignore", rm.policies.UnusedNameWarning)
-        return _check(program, modes)
+        # A guarded branch is NaN where it is not taken (see `Generator.branch`): NumPy says so.
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return _check(program, modes)
 
 
 def _check(program: Program, modes) -> tuple[int, list[Failure]]:

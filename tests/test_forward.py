@@ -247,7 +247,28 @@ LINEARIZED = {
                    lambda x: jax.lax.while_loop(lambda c: jnp.sum(jnp.abs(c)) < 10.0, lambda c: c * 1.5 + x, x)),
     "nested checkpoints": (lambda x: rm.checkpoint(lambda h: rm.checkpoint(lambda g: rm.tanh(g @ W3), h) @ W3, x),
                            lambda x: jnp.tanh(x @ W3) @ W3),
+    # found by the fuzzer: a checkpointed scan step whose JVP saves a tangent (the residual the
+    # never-more-than-plain guarantee keeps), inside a scan
+    "scan step saving a tangent": (
+        lambda x: rm.scan(lambda c, _: (c + rm.tanh(rm.mean(_inner_ys(rm, x))), _inner_ys(rm, x)), x, length=2,
+                          checkpoint="step")[1],
+        lambda x: jax.lax.scan(lambda c, _: (c + jnp.tanh(jnp.mean(_inner_ys(jnp, x))), _inner_ys(jnp, x)), x,
+                               length=2)[1]),
+    # and a checkpointed step that ignores the tangent of its xs: the primal part must not read it
+    "scan step ignoring a tangent": (
+        lambda x: rm.scan(lambda c, _: (c, rm.scan(lambda h, x_i: (rm.tanh(h), h), rm.checkpoint(lambda p: 0.5, x),
+                                                    x, checkpoint="step")[1]), x, length=2)[1],
+        lambda x: jax.lax.scan(lambda c, _: (c, jax.lax.scan(lambda h, x_i: (jnp.tanh(h), h), 0.5, x)[1]), x,
+                               length=2)[1]),
 }
+
+
+def _inner_ys(np_, x):
+    """The ys of a scan whose carry starts at `x` and whose ys are the carry's sum."""
+    def step(h, x_i):
+        s = np_.sum(h)
+        return np_.tanh(s) * h, s
+    return (rm.scan if np_ is rm else jax.lax.scan)(step, x, x)[1]
 
 
 @pytest.mark.parametrize("name", list(LINEARIZED))

@@ -254,3 +254,19 @@ def test_per_example_gradients_through_a_binomial_scan_under_two_vmaps():
 def test_hessian_through_a_binomial_scan_is_a_clear_error():
     with pytest.raises(rm.ArgumentTypeError, match=r"binomial\(2\) cannot be differentiated in forward mode"):
         rm.hessian(lambda x: rm.sum(_binomial_scan(x, rm.ones((3,)))[0]))(rm.ones((3,)))
+
+
+@pytest.mark.parametrize("how", ["eager", "jit"])
+def test_vjp_and_jacrev_under_vmap_of_a_shared_input_are_per_entry(how):
+    """Under vmap each entry has its own VJP: the cotangent of an input the entries share (in_axes
+    None) is one per entry, not their sum (found by the fuzzer: vmap of jacrev summed the rows)."""
+    xs, w = np.array([0.2, 0.3, -0.4]), np.array([[0.3, -0.2, 0.5, 0.7]])
+    f = lambda a, w: rm.exp(a * w[0, 3]) + w[0, 1]  # noqa: E731
+    jf = lambda a, w: jnp.exp(a * w[0, 3]) + w[0, 1]  # noqa: E731
+    run = (lambda g: g) if how == "eager" else rm.jit
+    got = run(rm.vmap(rm.jacrev(f, 1), in_axes=(0, None)))(xs, w)
+    want = jax.vmap(jax.jacrev(jf, 1), in_axes=(0, None))(xs, w)
+    assert got.shape == (3, 1, 4)
+    _close(got, want, 1e-6, 1e-7)
+    back = run(rm.vmap(lambda a, w: rm.vjp(lambda w: f(a, w), w)[1](rm.asarray(2.0))[0], in_axes=(0, None)))(xs, w)
+    _close(back, 2 * want, 1e-6, 1e-7)

@@ -159,6 +159,11 @@ def vjp(fn: Callable, *primals, has_aux: bool = False, memory_budget=None, strat
         return check_aux_pair(out, "vjp", fn) if has_aux else (out, None)
 
     traced = trace_function(flat_fn, inputs, name=f"vjp({callable_name(fn)})")
+    if any(_missing_axes(x, traced.out_vaxes) for x in inputs):
+        # Under vmap, each entry has its own VJP: an input the entries share gets the outputs'
+        # vectorized axes, so entry i's cotangent reaches only entry i's gradient (not the sum).
+        inputs = [align_to(x, _missing_axes(x, traced.out_vaxes) + x._vaxes) for x in inputs]
+        traced = trace_function(flat_fn, inputs, name=f"vjp({callable_name(fn)})")
     graph, trace = traced.graph, current_trace()
     if memory_budget is not None:
         graph = _planned(graph, traced, len(inputs), memory_budget, strategy)
@@ -201,14 +206,16 @@ def _eager_vjp(fn, primals, has_aux, memory_budget=None, strategy=None):
         n_forward = len(t.nodes)
         out_leaves, out_tree = tree.flatten(out)
         cts = [t.new_input(o._full_shape, o.dtype)._relabel(o._vaxes) for o in out_leaves]
-        grads = [t.lift(g) for g in tree.leaves(back(tree.unflatten(out_tree, cts)))]
+        back_leaves = tree.leaves(back(tree.unflatten(out_tree, cts)))
+        grads = [t.lift(g) for g in back_leaves]
         aux_leaves = tree.leaves(aux)
         kept = [t.lift(x) for x in out_leaves + aux_leaves]
     forward, backward = _cut(t, n_forward, kept, grads, len(tensors))
     arrays = backends.get("numpy").compile(forward)(*[x._value for x in tensors])
     residuals = arrays[len(kept) :]
     # Not the tensors (nor the trace): vjp_fn keeps the residuals alone alive.
-    in_vaxes, out_vaxes = [x._vaxes for x in tensors], [o._vaxes for o in out_leaves]
+    # A gradient can be vectorized over more than its input (one per entry of a vmap; see vjp).
+    in_vaxes, out_vaxes = [g._vaxes for g in back_leaves], [o._vaxes for o in out_leaves]
     wrap = [Tensor._concrete(a, x._vaxes) for a, x in zip(arrays, out_leaves + aux_leaves)]
     out = tree.unflatten(out_tree, wrap[: len(out_leaves)])
 
@@ -305,11 +312,6 @@ def _value_and_grad(fn: Callable, argnums, has_aux: bool, where: str, memory_bud
 
         out, back, aux = run_vjp(diff)
         _check_scalar(out, where, fn)
-        if _lacks_output_axes(diff, out):
-            # A vectorized output asks for per-entry gradients: give every input the output's
-            # vectorized axes it lacks, so entry i of the output only sees entry i of the input.
-            diff = tree.map(lambda x: align_to(asarray(x), _axes_for(asarray(x), out)), diff)
-            out, back, aux = run_vjp(diff)
         grads = back(Tensor._concrete(np.ones(out._full_shape, out.dtype), out._vaxes))
         grads = grads[0] if argcheck.is_int(argnums) else grads
         return ((out, aux) if has_aux else out), grads
@@ -317,14 +319,11 @@ def _value_and_grad(fn: Callable, argnums, has_aux: bool, where: str, memory_bud
     return wrapped
 
 
-def _axes_for(x: Tensor, out: Tensor) -> tuple:
-    own = dict(x._vaxes)
-    return tuple((n, k) for n, k in out._vaxes if n not in own) + x._vaxes
-
-
-def _lacks_output_axes(diff, out: Tensor) -> bool:
-    names = {n for n, _ in out._vaxes}
-    return any(names - {n for n, _ in asarray(x)._vaxes} for x in tree.leaves(diff))
+def _missing_axes(x: Tensor, out_vaxes: list[tuple]) -> tuple:
+    """The vectorized axes of the outputs that `x` lacks, in the order they are first met."""
+    own = {n for n, _ in x._vaxes}
+    missing = dict.fromkeys(a for vaxes in out_vaxes for a in vaxes if a[0] not in own)
+    return tuple(missing)
 
 
 def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False, *, memory_budget=None,

@@ -331,8 +331,27 @@ def _primal_part(node: Node, unknown: set) -> Node | None:
     prune = OPS[node.op].prune
     if prune is None:
         return None
+    node = _without_residuals(node)
     primal = {v for v in node.outputs if not any(u in unknown for u in prune(node, {v}).inputs)}
     return prune(node, primal) if primal else None
+
+
+def _without_residuals(node: Node) -> Node:
+    """`node` with the checkpoints in its sub-graphs saving nothing. A checkpoint's residuals
+    are for a later gradient and a pruned block keeps them; inside a forward-mode block they
+    can be tangents (what the never-more-than-plain guarantee keeps of a JVP body), which would
+    tie the primal part to the tangents. Saving nothing, such a checkpoint recomputes instead."""
+    subs = {k: g for k, g in node.params.items() if isinstance(g, Graph)}
+    if not subs:
+        return node
+    params = {**node.params, **{k: Graph(g.inputs, g.outputs, [_without_residuals(n) for n in g.nodes], g.constants)
+                                for k, g in subs.items()}}
+    k = params.get("num_residuals", 0) if node.op == "checkpoint" else 0
+    if k:
+        body = params["body"]
+        params["body"] = Graph(body.inputs, body.outputs[:-k], body.nodes, body.constants)
+        del params["num_residuals"]
+    return Node(node.op, node.inputs, node.outputs[: len(node.outputs) - k], params, node.source)
 
 
 def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:
