@@ -14,7 +14,7 @@ from remat.autodiff import grad, value_and_grad, vjp
 from remat.checkpoint import checkpoint, checkpoint_sequential, remat
 from remat.custom_jvp import SymbolicZero, custom_jvp
 from remat.custom_vjp import custom_vjp
-from remat.dtypes import bfloat16, bool_, float16, float32, float64, int32, int64
+from remat.dtypes import bfloat16, bool_, enable_x64, float16, float32, float64, int32, int64, x64_enabled
 from remat.errors import (
     ArgumentTypeError,
     ArgumentValueError,

@@ -8,13 +8,16 @@ Promotion is JAX's lattice (`jnp.promote_types`): within a kind the wider dtype 
 (neither holds the other), and a float wins over any integer without widening:
 ``int64 + bfloat16 -> bfloat16``. Python scalars are *weak*: they take the dtype of the tensor
 they meet, so ``x_bf16 * 2.0`` stays bfloat16 (a scalar that dtype cannot hold is an error, see
-remat/values.py); a Python float meeting integers gives float32.
+remat/values.py); a Python float meeting integers gives float32 (float64 in x64 mode, see
+`enable_x64`).
 
 No other dtype is converted silently: naming one (``dtype="uint8"``) is a DTypeError, and so is
 an array of one given without ``dtype=`` (see remat/values.py).
 """
 
 from __future__ import annotations
+
+import os
 
 import ml_dtypes
 import numpy as np
@@ -31,8 +34,53 @@ bool_ = np.dtype("bool")
 
 SUPPORTED = (bool_, int32, int64, float16, bfloat16, float32, float64)
 SUPPORTED_NAMES = "bool, int32, int64, float16, bfloat16, float32, float64"
-DEFAULT_FLOAT = float32
-DEFAULT_INT = int32
+
+# JAX's x64 mode: Python floats and ints (and the defaults of `rm.zeros`, `rm.arange`, random
+# draws...) are float64 and int64 instead of float32 and int32. Off by default, as in JAX; on
+# with `rm.enable_x64()` or the environment variable JAX_ENABLE_X64 (or REMAT_ENABLE_X64).
+_x64 = any(os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+           for name in ("JAX_ENABLE_X64", "REMAT_ENABLE_X64"))
+
+
+def x64_enabled() -> bool:
+    """Whether Python numbers and default dtypes are 64-bit (see `enable_x64`)."""
+    return _x64
+
+
+class enable_x64:  # noqa: N801  (a function to users; a class so that `with` can restore)
+    """Make Python numbers and default dtypes 64-bit (`enable_x64(False)`: 32-bit), as JAX's
+    x64 mode: `rm.grad(f)(3.0)` is then float64, and so are `rm.zeros(3)` and `0.1 * i` in a
+    loop. It applies now; used as `with rm.enable_x64():`, the mode is restored on exit.
+    Programs already compiled by `rm.jit` are kept per mode.
+
+    >>> import remat as rm
+    >>> with rm.enable_x64():
+    ...     rm.asarray(3.0).dtype
+    dtype('float64')
+    >>> rm.asarray(3.0).dtype
+    dtype('float32')
+    """
+
+    def __init__(self, enabled: bool = True):
+        global _x64
+        self._previous, _x64 = _x64, bool(enabled)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        global _x64
+        _x64 = self._previous
+
+
+def __getattr__(name: str) -> np.dtype:
+    # DEFAULT_FLOAT and DEFAULT_INT follow the x64 mode, so they are read when asked for.
+    if name == "DEFAULT_FLOAT":
+        return float64 if _x64 else float32
+    if name == "DEFAULT_INT":
+        return int64 if _x64 else int32
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 #: Float dtypes whose sums and products are accumulated in float32 (results keep the dtype).
 LOW_PRECISION = (float16, bfloat16)
 
@@ -45,6 +93,8 @@ def canonical(dtype, what: str = "dtype") -> np.dtype:
     is a DTypeError naming it, raised on behalf of the function `what`."""
     if dtype is None:
         raise DTypeError(f"{what}: dtype None is not a dtype; use one of {SUPPORTED_NAMES}")
+    if dtype is float or dtype is int:  # as in JAX: the default float or int (64-bit in x64 mode)
+        return __getattr__("DEFAULT_FLOAT" if dtype is float else "DEFAULT_INT")
     try:
         d = np.dtype(dtype)
     except (TypeError, ValueError):
@@ -125,9 +175,9 @@ def scalar_dtype(value) -> np.dtype:
     if isinstance(value, (bool, np.bool_)):
         return bool_
     if isinstance(value, (int, np.integer)):
-        return DEFAULT_INT
+        return int64 if _x64 else int32
     if isinstance(value, (float, np.floating)):
-        return DEFAULT_FLOAT
+        return float64 if _x64 else float32
     raise DTypeError(f"expected a Python number, got {type(value).__name__}")
 
 

@@ -268,7 +268,7 @@ class Jitted:
     def _key(self, treedef, signature, static, leaves) -> tuple:
         """What a compiled program is for. On XLA also the layouts of the sharded arguments and
         the mesh of `jax.set_mesh` (bare PartitionSpecs are read on it), as in `jax.jit`."""
-        key = (treedef, signature, tuple((k, _typed(v)) for k, v in static), self._precision())
+        key = (treedef, signature, tuple((k, _typed(v)) for k, v in static), self._precision(), dtypes.x64_enabled())
         if self.backend != "xla":
             return key
         return *key, self.shardings.placements(treedef, leaves), sharding.context_mesh()

@@ -415,7 +415,7 @@ def _rms_normalize(axes: tuple[int, ...], eps: float) -> custom_vjp:
     return f
 
 
-def one_hot(labels, num_classes: int, dtype=dtypes.float32) -> Tensor:
+def one_hot(labels, num_classes: int, dtype=float) -> Tensor:
     """`labels` (integers) as one-hot vectors along a new last axis; out-of-range labels give
     all zeros.
 

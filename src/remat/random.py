@@ -107,7 +107,7 @@ def fold_in(key: Tensor, data) -> Tensor:
     return random_fold_in(key, data if data.dtype == dtypes.int32 else astype(data, dtypes.int32))
 
 
-def uniform(key: Tensor, shape=(), dtype=dtypes.float32, minval=0.0, maxval=1.0) -> Tensor:
+def uniform(key: Tensor, shape=(), dtype=float, minval=0.0, maxval=1.0) -> Tensor:
     """Uniform numbers in [minval, maxval) of `shape` and float `dtype`. In [0, 1) they are
     multiples of 2**-24 (float32) or 2**-53 (float64); the scaled ones, `minval + u * (maxval -
     minval)` computed in `dtype` (Python bounds converted to it exactly), may round to `maxval`,
@@ -126,7 +126,7 @@ def uniform(key: Tensor, shape=(), dtype=dtypes.float32, minval=0.0, maxval=1.0)
     return maximum(lo, add(multiply(u, subtract(hi, lo)), lo))
 
 
-def normal(key: Tensor, shape=(), dtype=dtypes.float32) -> Tensor:
+def normal(key: Tensor, shape=(), dtype=float) -> Tensor:
     """Standard normal numbers of `shape` and float `dtype`: Box–Muller,
     `sqrt(-2 ln(1 - u1)) cos(2π u2)` on the two uniforms `uniform(key, (2,) + shape, dtype)`
     would draw, within 2 ulp of that formula and the same to the bit on both backends. The
@@ -243,7 +243,7 @@ def _shuffle_order(key: Tensor, n: int) -> Tensor:
     return order
 
 
-def truncated_normal(key: Tensor, lower, upper, shape=None, dtype=dtypes.float32) -> Tensor:
+def truncated_normal(key: Tensor, lower, upper, shape=None, dtype=float) -> Tensor:
     """Standard normal numbers conditioned on [lower, upper], as `jax.random.truncated_normal`;
     the bounds are numbers or tensors (traced ones too, infinite ones allowed) broadcasting to
     `shape` (by default their broadcast shape). Drawn by inverting the normal CDF in float64

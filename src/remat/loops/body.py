@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from remat import tree
+from remat import dtypes, tree
 from remat.argcheck import describe, leaf_paths
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name
 from remat.graph import Graph, Var
@@ -31,9 +31,19 @@ def type_of(t: Tensor) -> str:
     return f"shape {t.shape} {t.dtype}"
 
 
-def check_like(loop: str, fn, what: str, got, ref, ref_tree: tree.TreeDef, ref_name: str) -> list[Tensor]:
+def weak_leaves(value) -> dict[int, object]:
+    """The leaves of `value` that are Python numbers, by position. They are weakly typed, as in
+    JAX: a loop started from `0.0` takes the dtype its body gives that carry (float64 inputs
+    make a float64 carry) instead of failing on float32."""
+    return {i: x for i, x in enumerate(tree.leaves(value))
+            if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)}
+
+
+def check_like(loop: str, fn, what: str, got, ref, ref_tree: tree.TreeDef, ref_name: str,
+               weak: dict[int, object] | None = None) -> list[Tensor]:
     """The leaves of `got` (what `fn` returned as `what`), which must have the structure, shapes
-    and dtypes of `ref` (the leaves of `ref_name`, structure `ref_tree`)."""
+    and dtypes of `ref` (the leaves of `ref_name`, structure `ref_tree`); a leaf of `weak` (a
+    Python number) may come back of any dtype the number can take."""
     leaves, treedef = tree.flatten(got)
     name = callable_name(fn)
     if treedef != ref_tree:
@@ -43,7 +53,8 @@ def check_like(loop: str, fn, what: str, got, ref, ref_tree: tree.TreeDef, ref_n
         )
     paths = leaf_paths(got, what)
     out = []
-    for leaf, r, path in zip(leaves, ref, paths):
+    weak = weak or {}
+    for i, (leaf, r, path) in enumerate(zip(leaves, ref, paths)):
         if not is_tensor_like(leaf):
             raise ArgumentTypeError(f"{loop}: {name} returned {describe(leaf)} as {path}; it must return tensors")
         t = asarray(leaf)
@@ -52,7 +63,7 @@ def check_like(loop: str, fn, what: str, got, ref, ref_tree: tree.TreeDef, ref_n
                 f"{loop}: {name} returned {path} of shape {t.shape}, but {ref_name} has shape {r.shape}; "
                 "the loop state must keep its shape from step to step"
             )
-        if t.dtype != r.dtype:
+        if t.dtype != r.dtype and not (i in weak and dtypes.weak_result_type(t.dtype, weak[i]) == t.dtype):
             raise DTypeError(
                 f"{loop}: {name} returned {path} of dtype {t.dtype}, but {ref_name} has dtype {r.dtype}; "
                 f"cast it with .astype('{r.dtype}') (or start from that dtype)"
@@ -85,9 +96,20 @@ class Carry:
     vectorized over axes its start lacks (it met a vectorized x or capture); then the start is
     vectorized over them too and the body traced again, as JAX's batching of loops does."""
 
-    def __init__(self, leaves: list[Tensor]):
+    def __init__(self, leaves: list[Tensor], weak: dict[int, object] | None = None):
         self.leaves = leaves
+        self.weak = dict(weak or {})  # leaf -> the Python number it started as (see weak_leaves)
         self.wider: dict[int, tuple] = {}  # leaf -> the vectorized axes a body gave it
+        self.recast: dict[int, np.dtype] = {}  # weak leaf -> the dtype a body gave it
+
+    def returned(self, loop: str, fn, what: str, got, ref_tree: tree.TreeDef, ref_name: str) -> list[Tensor]:
+        """The leaves of `got`, a body's new carry, checked against the carry (`check_like`),
+        each with exactly its leaf's vectorized axes."""
+        leaves = check_like(loop, fn, what, got, self.leaves, ref_tree, ref_name, self.weak)
+        for i, t in enumerate(leaves):
+            if t.dtype != self.leaves[i].dtype:
+                self.recast[i] = t.dtype
+        return [self.keep_axes(i, t) for i, t in enumerate(leaves)]
 
     def keep_axes(self, i: int, t: Tensor) -> Tensor:
         """`t`, the body's new value of leaf `i`, with exactly the leaf's vectorized axes."""
@@ -100,9 +122,12 @@ class Carry:
     def trace(self, fns_and_args, names: list[str]) -> list:
         """Trace each `(fn, args_of(carry_leaves))` until no body widens the carry."""
         while True:
-            self.wider = {}
+            self.wider, self.recast = {}, {}
             traced = [trace_function(fn, args(self.leaves), name=name) for (fn, args), name in zip(fns_and_args, names)]
-            if not self.wider:
+            if not self.wider and not self.recast:
                 return traced
             for i, vaxes in self.wider.items():  # out here: inside, the new start would be a body tensor
                 self.leaves[i] = align_to(self.leaves[i], vaxes)
+            for i, dtype in self.recast.items():  # a weak start takes the body's dtype, once
+                self.leaves[i] = self.leaves[i].astype(dtype)
+                del self.weak[i]

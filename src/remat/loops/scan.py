@@ -25,7 +25,7 @@ from remat.argcheck import check_callable, is_int, leaf_paths, short_repr
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError, callable_name
 from remat.graph import Graph
 from remat.loops import schedules
-from remat.loops.body import Carry, check_like, template, tensor_leaves
+from remat.loops.body import Carry, template, tensor_leaves, weak_leaves
 from remat.loops.checkpointed import segmented, step_checkpointed
 from remat.loops.prune import prune_scan
 from remat.ops.core import Aval, BlockJVP, declare
@@ -120,12 +120,16 @@ def scan(fn: Callable, init, xs=None, length: int | None = None, reverse: bool =
     x_leaves, x_tree = tensor_leaves(xs, "scan", "xs")
     n = _length(x_leaves, leaf_paths(xs, "xs"), length)
     schedules.check(checkpoint)
+    x_slices = [template(x.shape[1:], x.dtype, x._vaxes) for x in x_leaves]
+    if weak := weak_leaves(init):  # Python numbers take the dtypes the body gives them (JAX's weak types)
+        resolve = _Body(fn, carry_tree, x_tree, carry, weak)
+        resolve.trace(x_slices)
+        carry, init = resolve.carry, tree.unflatten(carry_tree, resolve.carry)
     if isinstance(checkpoint, str):
         fn = step_checkpointed(fn)
     elif isinstance(checkpoint, schedules.Segments):
         return segmented(scan, fn, init, xs, n, checkpoint.steps(n), reverse, unroll)
     x_raw = [_scan_axis_first(x) for x in x_leaves]
-    x_slices = [template(x.shape[1:], x.dtype, x._vaxes) for x in x_leaves]
     body = _Body(fn, carry_tree, x_tree, carry)
     traced = body.trace(x_slices)
     trace = current_trace()
@@ -199,9 +203,10 @@ def _scan_axis_back(y: Tensor, vaxes: tuple) -> Tensor:
 class _Body:
     """The user's `fn` as a function of flat tensors, its results checked on every trace."""
 
-    def __init__(self, fn: Callable, carry_tree: tree.TreeDef, x_tree: tree.TreeDef, init: list[Tensor]):
+    def __init__(self, fn: Callable, carry_tree: tree.TreeDef, x_tree: tree.TreeDef, init: list[Tensor],
+                 weak: dict[int, object] | None = None):
         self.fn, self.carry_tree, self.x_tree = fn, carry_tree, x_tree
-        self.state = Carry(init)
+        self.state = Carry(init, weak)
         self.y_tree: tree.TreeDef | None = None
 
     @property
@@ -219,6 +224,6 @@ class _Body:
             raise ArgumentTypeError(f"scan: {callable_name(self.fn)} returned {short_repr(out)}; "
                                     "a scan body must return a pair (carry, y)")
         new, y = out
-        leaves = check_like("scan", self.fn, "carry", new, self.carry, self.carry_tree, "init")
+        carry = self.state.returned("scan", self.fn, "carry", new, self.carry_tree, "init")
         ys, self.y_tree = tree.flatten(y)
-        return [self.state.keep_axes(i, t) for i, t in enumerate(leaves)], ys
+        return carry, ys

@@ -19,7 +19,7 @@ from remat import dtypes, tree
 from remat.argcheck import check_callable, is_int, short_repr
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, user_source
 from remat.graph import Graph
-from remat.loops.body import Carry, check_like, tensor_leaves
+from remat.loops.body import Carry, check_like, tensor_leaves, weak_leaves
 from remat.loops.prune import prune_while
 from remat.loops.scan import scan
 from remat.ops.core import NOT_DIFFERENTIABLE, Aval, BlockJVP, declare
@@ -114,15 +114,14 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init):
     check_callable(cond_fun, "while_loop", "cond_fun(carry) -> bool scalar")
     check_callable(body_fun, "while_loop", "body_fun(carry) -> carry")
     leaves, carry_tree = tensor_leaves(init, "while_loop", "init")
-    state = Carry(leaves)
+    state = Carry(leaves, weak_leaves(init))
 
     def cond_flat(*flat):
         return _predicate(cond_fun(tree.unflatten(carry_tree, flat)), cond_fun)
 
     def body_flat(*flat):
         new = body_fun(tree.unflatten(carry_tree, flat))
-        checked = check_like("while_loop", body_fun, "carry", new, state.leaves, carry_tree, "init")
-        return [state.keep_axes(i, t) for i, t in enumerate(checked)]
+        return state.returned("while_loop", body_fun, "carry", new, carry_tree, "init")
 
     names = [f"while_loop({callable_name(f)})" for f in (body_fun, cond_fun)]
     body, cond = state.trace([(body_flat, list), (cond_flat, list)], names)
@@ -180,7 +179,9 @@ def fori_loop(lower, upper, body_fun: Callable, init):
 
     def step(i, val):
         new = body_fun(i, val)
-        return tree.unflatten(val_tree, check_like("fori_loop", body_fun, "val", new, leaves, val_tree, "init"))
+        # the loop below checks the dtypes of weak leaves (and recasts them) again
+        return tree.unflatten(val_tree, check_like("fori_loop", body_fun, "val", new, leaves, val_tree, "init",
+                                                   weak_leaves(init)))
 
     if isinstance(lo, int) and isinstance(hi, int):
         first = asarray(np.int32(lo))
