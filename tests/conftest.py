@@ -16,6 +16,10 @@ os.environ["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"
 if "jax" in sys.modules:
     sys.modules["jax"].config.update("jax_default_matmul_precision", "highest")
 
+# Plans stay in memory only: a test that clears the planner's cache to plan again must not read
+# a plan from disk (test_plan_cache.py turns the disk cache on in a folder of its own).
+os.environ["REMAT_PLAN_CACHE"] = "off"
+
 BACKENDS = ["numpy", "xla"]  # JAX is a test dependency: every backend runs, none is skipped
 
 

@@ -36,7 +36,7 @@ from contextvars import ContextVar
 from remat.errors import ArgumentValueError, at_source, user_source
 from remat.graph import Graph
 from remat.planner import budget as budgets
-from remat.planner import sqrt
+from remat.planner import plan_cache, sqrt
 from remat.planner import target as targets
 from remat.planner.cost import cost, flops
 from remat.planner.peak import ALL, Step, StepCount, activation_bytes, base_bytes, step_graph, total_peak
@@ -71,7 +71,7 @@ def plan_step(graph: Graph, memory_budget, strategy, step: Step = ALL) -> tuple[
     key = (str(graph), repr(budgets.parse_budget(memory_budget)), budgets.parse_strategy(strategy), step, target)
     report = _CACHE.get(key)
     if report is None:
-        report = _plan(graph, memory_budget, strategy, step, target)
+        report = _stored_or_planned(key, graph, memory_budget, strategy, step, target)
         _CACHE[key] = report
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
@@ -84,6 +84,19 @@ def plan_step(graph: Graph, memory_budget, strategy, step: Step = ALL) -> tuple[
 
 CACHE_SIZE = 64
 _CACHE: dict[tuple, PlanReport] = {}
+
+
+def _stored_or_planned(key: tuple, graph: Graph, memory_budget, strategy, step: Step, target: Target) -> PlanReport:
+    """The plan an earlier process stored for `key` (see `plan_cache`), else a new one, stored."""
+    started = time.perf_counter()
+    name = plan_cache.entry_name(*key)
+    stored = plan_cache.load(name)
+    if stored is not None:
+        return dataclasses.replace(stored, solver_time=time.perf_counter() - started,
+                                   solver_status=f"{stored.solver_status}; read from the plan cache")
+    report = _plan(graph, memory_budget, strategy, step, target)
+    plan_cache.store(name, report)
+    return report
 
 
 def _plan(graph: Graph, memory_budget, strategy, step: Step, target: Target) -> PlanReport:
