@@ -407,3 +407,47 @@ def test_a_float_cotangent_of_another_width_is_cast_to_the_arguments_dtype_as_in
     g.defvjp(lambda x: (x * 2.0, None), lambda r, c: (rm.ones((3,), "int32"),))
     with pytest.raises(rm.DTypeError, match=r"returned a cotangent of dtype int32 for argument x of dtype float32"):
         rm.grad(lambda x: rm.sum(g(x)))(rm.ones((3,)))
+
+
+def _none_cotangent_pair(lib):
+    """A custom_vjp of two arguments and two outputs whose bwd gives y no cotangent (None, a
+    symbolic zero) and reads the cotangent of the second output (zeros when it is unused)."""
+    import jax
+    import jax.numpy as jnp
+
+    np_ = rm if lib == "rm" else jnp
+    f = (rm.custom_vjp if lib == "rm" else jax.custom_vjp)(lambda x, y: (np_.sin(x) * y, x * 2.0))
+    f.defvjp(lambda x, y: (f(x, y), (np_.cos(x), y)),
+             lambda res, g: (g[0] * res[0] * res[1] + 2.0 * g[1], None))
+    return f
+
+
+@pytest.mark.parametrize("policy", [None, "everything_saveable", "dots_saveable"])
+def test_none_cotangents_under_checkpoint_match_jax(backend, policy):
+    """JAX's custom_vjp symbolic-zero cases under a checkpoint (issue 26), as remat writes them:
+    bwd returns None for an input that also reaches the loss another way, and one output goes
+    unused (bwd gets zeros for it, as JAX's does without symbolic_zeros); under rm.checkpoint
+    with a policy, eagerly and jitted, against jax.custom_vjp under jax.checkpoint."""
+    import jax
+    import jax.numpy as jnp
+
+    f, jf = _none_cotangent_pair("rm"), _none_cotangent_pair("jax")
+    pol = None if policy is None else getattr(rm.policies, policy)
+    jpol = None if policy is None else getattr(jax.checkpoint_policies, policy)
+
+    def loss(x, y):
+        return rm.sum(rm.checkpoint(lambda x, y: f(x @ y, y)[0] + y, x, y, policy=pol))
+
+    def jloss(x, y):
+        return jnp.sum(jax.checkpoint(lambda x, y: jf(x @ y, y)[0] + y, policy=jpol)(x, y))
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(3, 3)).astype(np.float32), rng.normal(size=(3, 3)).astype(np.float32)
+    want = jax.grad(jloss, argnums=(0, 1))(x, y)
+    for got in (rm.grad(loss, argnums=(0, 1))(rm.asarray(x), rm.asarray(y)),
+                run_on(backend, rm.grad(loss, argnums=(0, 1)), x, y)):
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    # Only y's path through x @ y (and the + y) carries its gradient: bwd's None adds nothing.
+    jgrad_y = jax.grad(lambda y: jnp.sum(jnp.sin(x @ y) * jax.lax.stop_gradient(y) + y))(y)
+    np.testing.assert_allclose(np.asarray(want[1]), np.asarray(jgrad_y), rtol=1e-5, atol=1e-6)

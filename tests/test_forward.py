@@ -351,3 +351,41 @@ def test_binomial_gradient_refuses_forward_mode():
     with pytest.raises(rm.ArgumentTypeError, match=r"binomial\(2\).*forward mode.*segments"):
         rm.jvp(rm.grad(loss), (rm.ones((3,)),), (rm.ones((3,)),))
 
+
+
+def test_linearize_of_a_checkpointed_while_loop_matches_jax(backend):
+    """JAX's checkpoint test of linearize through a while_loop (issue 26): an int counter and a
+    float carry, under each policy, eagerly and jitted; the linear function recomputes the loop
+    inside its block (sin and cos both in its program, as in JAX's jaxpr)."""
+    def f(x):
+        return rm.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, rm.sin(c[1])), (0, x))[1]
+
+    def jf(x):
+        return jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, jnp.sin(c[1])), (0, x))[1]
+
+    expected = np.cos(np.sin(np.sin(4.0))) * np.cos(np.sin(4.0)) * np.cos(4.0)
+    y_jax, lin_jax = jax.linearize(jax.checkpoint(jf), jnp.float32(4.0))
+    x, t = rm.asarray(4.0), rm.asarray(1.0)
+    for policy in (None, rm.policies.dots_saveable, rm.policies.everything_saveable):
+        g = lambda x: rm.checkpoint(f, x, policy=policy)  # noqa: B023,E731
+        y, lin = rm.linearize(g, x)
+        _close(y, y_jax, 1e-6)
+        _close(lin(t), lin_jax(jnp.float32(1.0)), 1e-6)
+        _close(lin(t), expected, 1e-6)
+        _close(rm.jit(lambda x, t: rm.linearize(g, x)[1](t), backend=backend)(x, t), expected, 1e-6)  # noqa: B023
+    program = str(rm.make_graph(lambda x, t: rm.linearize(lambda x: rm.checkpoint(f, x), x)[1](t))(x, t))
+    assert " sin " in program and " cos " in program and "checkpoint" in program
+
+    # A vector carry and a float loop condition, against jax.linearize.
+    v = np.array([0.3, 0.5, 0.7], np.float32)
+    tv = np.array([1.0, 2.0, 3.0], np.float32)
+    body = lambda c: (rm.sin(c[0]) * 1.5, c[1] + 1.0)  # noqa: E731
+    h = lambda x: rm.checkpoint(lambda y: rm.while_loop(lambda c: c[1] < 4.0, body, (y, rm.asarray(0.0)))[0], x)  # noqa: E731
+    jbody = lambda c: (jnp.sin(c[0]) * 1.5, c[1] + 1.0)  # noqa: E731
+    jh = jax.checkpoint(lambda y: jax.lax.while_loop(lambda c: c[1] < 4.0, jbody, (y, 0.0))[0])
+    y_jax, lin_jax = jax.linearize(jh, jnp.asarray(v))
+    y, lin = rm.linearize(h, rm.asarray(v))
+    _close(y, y_jax, 1e-6)
+    _close(lin(rm.asarray(tv)), lin_jax(jnp.asarray(tv)), 1e-6)
+    _close(rm.jit(lambda x, t: rm.linearize(h, x)[1](t), backend=backend)(rm.asarray(v), rm.asarray(tv)),
+           lin_jax(jnp.asarray(tv)), 1e-6)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -280,3 +282,191 @@ def test_low_precision_params_keep_their_dtype_and_step_in_float32():
 
 def test_optimizers_print_their_name():
     assert repr(rm.optim.adamw(1e-3)) == "<optimizer adamw>" and rm.optim.sgd(0.1).name == "sgd"
+
+
+# ---------------------------------------------------------------- schedules: optax's, bit for bit
+# (issue 26). The reference is JAX running optax's schedule and AdamW code, written out below with
+# optax 0.2.8's operations in its order (optax/schedules/_schedule.py, _join.py, transform.py),
+# and optax itself where it is installed. Under a jit, XLA rewrites the program (x / c becomes
+# x * (1 / c), a multiply-add one rounding): remat's XLA program is compared with the jitted
+# reference, its NumPy one (op by op, no fused multiply-add) with JAX run op by op.
+
+
+class JaxOptax:
+    """optax's schedules and AdamW as optax writes them, on JAX."""
+
+    @staticmethod
+    def polynomial_schedule(init_value, end_value, power, transition_steps, transition_begin=0):
+        def schedule(count):
+            count = jnp.clip(count - transition_begin, 0, transition_steps)
+            return (init_value - end_value) * ((1 - count / transition_steps) ** power) + end_value
+        return schedule
+
+    @staticmethod
+    def linear_schedule(init_value, end_value, transition_steps, transition_begin=0):
+        return JaxOptax.polynomial_schedule(init_value, end_value, 1, transition_steps, transition_begin)
+
+    @staticmethod
+    def cosine_decay_schedule(init_value, decay_steps, alpha=0.0, exponent=1.0):
+        def schedule(count):
+            count = jnp.minimum(count, float(decay_steps))
+            cosine = 0.5 * (1 + jnp.cos(jnp.pi * count / float(decay_steps)))
+            return init_value * ((1 - alpha) * cosine**exponent + alpha)
+        return schedule
+
+    @staticmethod
+    def exponential_decay(init_value, transition_steps, decay_rate, transition_begin=0, staircase=False,
+                          end_value=None):
+        def schedule(count):
+            k = count - transition_begin
+            p = jnp.floor(k / transition_steps) if staircase else k / transition_steps
+            value = jnp.where(k <= 0, init_value, init_value * jnp.power(decay_rate, p))
+            bound = jnp.maximum if decay_rate < 1.0 else jnp.minimum
+            return value if end_value is None else bound(value, end_value)
+        return schedule
+
+    @staticmethod
+    def join_schedules(schedules, boundaries):
+        def schedule(step):
+            out = schedules[0](step)
+            for boundary, fn in zip(boundaries, schedules[1:]):
+                out = jnp.where(step < boundary, out, fn(step - boundary))
+            return out
+        return schedule
+
+    @staticmethod
+    def warmup_cosine_decay_schedule(init_value, peak_value, warmup_steps, decay_steps, end_value=0.0, exponent=1.0):
+        alpha = 0.0 if peak_value == 0.0 else end_value / peak_value
+        return JaxOptax.join_schedules(
+            [JaxOptax.linear_schedule(init_value, peak_value, warmup_steps),
+             JaxOptax.cosine_decay_schedule(peak_value, decay_steps - warmup_steps, alpha, exponent)], [warmup_steps])
+
+    @staticmethod
+    def adamw_step(schedule, weight_decay, b1=0.9, b2=0.999, eps=1e-8):
+        """One optax.adamw step (scale_by_adam, add_decayed_weights, scale_by_learning_rate, apply_updates)
+        on (params, count, mu, nu)."""
+        def step(p, g, count, mu, nu):
+            mu = (1 - b1) * (g**1) + b1 * mu
+            nu = (1 - b2) * (g**2) + b2 * nu
+            count_inc = count + 1
+            mu_hat = mu / (1 - b1**count_inc).astype(mu.dtype)
+            nu_hat = nu / (1 - b2**count_inc).astype(nu.dtype)
+            u = mu_hat / (jnp.sqrt(nu_hat + 0.0) + eps) + weight_decay * p
+            u = jnp.array(-schedule(count), dtype=u.dtype) * u
+            return (p + u).astype(p.dtype), count_inc, mu, nu
+        return step
+
+
+SCHEDULES = {
+    "warmup_cosine": lambda m: m.warmup_cosine_decay_schedule(0.0, 3e-4, 100, 1000, end_value=3e-5),
+    "warmup_cosine_exponent": lambda m: m.warmup_cosine_decay_schedule(1e-5, 3e-4, 37, 1000, 1e-6, exponent=1.5),
+    "cosine": lambda m: m.cosine_decay_schedule(1e-3, 777, alpha=0.1),
+    "linear": lambda m: m.linear_schedule(1e-3, 1e-5, 333, 10),
+    "polynomial": lambda m: m.polynomial_schedule(1e-3, 1e-5, 3, 333, 10),
+    "exponential": lambda m: m.exponential_decay(1e-3, 50, 0.9, 20, end_value=1e-4),
+    "exponential_staircase": lambda m: m.exponential_decay(1e-3, 50, 0.9, 20, staircase=True),
+}
+COUNTS = np.arange(0, 1200, 7, dtype=np.int32)
+
+
+def _optax_or_none():
+    try:
+        import optax
+    except ImportError:
+        return None
+    return optax
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_schedules_on_xla_are_optaxs_bit_for_bit(name):
+    """Every count through one compiled program, as a training loop runs it: the same operations
+    in the same order, so the same float32 rates (before, the count entered a float32 cast of the
+    user's own making, and rm.optim had no schedules)."""
+    jitted = jax.jit(jax.vmap(SCHEDULES[name](JaxOptax)))
+    want = np.asarray(jitted(jnp.asarray(COUNTS)))
+    got = np.asarray(rm.jit(rm.vmap(SCHEDULES[name](rm.optim)), backend="xla")(rm.asarray(COUNTS)))
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    optax = _optax_or_none()
+    if optax is not None:  # optax itself, where installed
+        np.testing.assert_array_equal(got, np.asarray(jax.jit(jax.vmap(SCHEDULES[name](optax)))(jnp.asarray(COUNTS))))
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_schedules_on_numpy_are_optaxs_run_op_by_op(name):
+    """On NumPy each op rounds once, as JAX's eager ops do; cos and pow are NumPy's, not XLA's,
+    and differ from them in the last bit (measured: 1 ulp), or in a few bits for a fractional
+    power (XLA's pow(x, 1.5) is exp(1.5 log x): measured 9 ulp from NumPy's)."""
+    fn = SCHEDULES[name](rm.optim)
+    want = np.array([np.asarray(SCHEDULES[name](JaxOptax)(jnp.int32(c))) for c in COUNTS[::3]])
+    got = np.array([np.asarray(fn(rm.asarray(c))) for c in COUNTS[::3]])
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_array_max_ulp(got, want, maxulp=16 if name == "warmup_cosine_exponent" else 1)
+
+
+def test_adamw_with_warmup_cosine_is_optaxs_bit_for_bit_on_xla():
+    """Twelve AdamW steps with a warm-up and cosine decay: one compiled step on XLA gives optax's
+    float32 parameters and moments bit for bit (the moment sums are written in optax's operand
+    order, which decides which product XLA fuses into a multiply-add)."""
+    rng = np.random.default_rng(0)
+    p = rng.normal(size=(64,)).astype(np.float32)
+    grads = rng.normal(size=(12, 64)).astype(np.float32)
+    schedule = lambda m: m.warmup_cosine_decay_schedule(0.0, 1e-2, 4, 12, end_value=1e-4)  # noqa: E731
+    ref = jax.jit(JaxOptax.adamw_step(schedule(JaxOptax), 0.1))
+    opt = rm.optim.adamw(schedule(rm.optim), weight_decay=0.1)
+    step = rm.jit(opt.update, backend="xla")
+    want = (jnp.asarray(p), jnp.int32(0), jnp.zeros(64), jnp.zeros(64))
+    got, state = rm.asarray(p), opt.init(rm.asarray(p))
+    for g in grads:
+        want = ref(want[0], jnp.asarray(g), *want[1:])
+        got, state = step(rm.asarray(g), state, got)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want[0]))
+        np.testing.assert_array_equal(np.asarray(state.mu), np.asarray(want[2]))
+        np.testing.assert_array_equal(np.asarray(state.nu), np.asarray(want[3]))
+    optax = _optax_or_none()
+    if optax is not None:
+        o = optax.adamw(schedule(optax), weight_decay=0.1)
+        ostep = jax.jit(lambda g, s, p: (lambda u, s: (optax.apply_updates(p, u), s))(*o.update(g, s, p)))
+        q, s = jnp.asarray(p), o.init(jnp.asarray(p))
+        for g in grads:
+            q, s = ostep(jnp.asarray(g), s, q)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(q))
+
+
+def test_adamw_with_warmup_cosine_on_numpy_is_optaxs_to_a_few_ulp():
+    """NumPy rounds a multiply and an add separately where XLA fuses them into one rounding, so
+    the same steps agree to a few ulp of float32 after twelve steps (measured: 3), not bit for bit."""
+    rng = np.random.default_rng(0)
+    p = rng.normal(size=(64,)).astype(np.float32)
+    grads = rng.normal(size=(12, 64)).astype(np.float32)
+    schedule = lambda m: m.warmup_cosine_decay_schedule(0.0, 1e-2, 4, 12, end_value=1e-4)  # noqa: E731
+    ref = jax.jit(JaxOptax.adamw_step(schedule(JaxOptax), 0.1))
+    opt = rm.optim.adamw(schedule(rm.optim), weight_decay=0.1)
+    step = rm.jit(opt.update, backend="numpy")
+    want = (jnp.asarray(p), jnp.int32(0), jnp.zeros(64), jnp.zeros(64))
+    got, state = rm.asarray(p), opt.init(rm.asarray(p))
+    for g in grads:
+        want = ref(want[0], jnp.asarray(g), *want[1:])
+        got, state = step(rm.asarray(g), state, got)
+    np.testing.assert_array_max_ulp(np.asarray(got), np.asarray(want[0]), maxulp=4)
+
+
+def test_a_float64_schedule_rate_is_cast_to_float32_parameters_as_optax_casts_it():
+    """optax casts the step size to the update's dtype; a float64 rate must not widen a float32
+    step (it would round the product differently)."""
+    p = rm.asarray(np.linspace(-1, 1, 5), "float32")
+    g = rm.asarray(np.linspace(0.3, -0.7, 5), "float32")
+    rate64 = rm.optim.adam(lambda count: rm.asarray(1e-2 / 3, "float64"))
+    rate32 = rm.optim.adam(lambda count: rm.asarray(np.float32(1e-2 / 3)))
+    got = rate64.update(g, rate64.init(p), p)[0]
+    assert got.dtype == rm.float32
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(rate32.update(g, rate32.init(p), p)[0]))
+
+
+def test_schedule_arguments_are_checked():
+    with pytest.raises(rm.ArgumentValueError, match=r"^cosine_decay_schedule: decay_steps must be positive, got 0"):
+        rm.optim.cosine_decay_schedule(1.0, 0)
+    with pytest.raises(rm.ArgumentTypeError, match=r"^linear_schedule|^polynomial_schedule: transition_steps"):
+        rm.optim.linear_schedule(1.0, 0.0, 2.5)
+    with pytest.raises(rm.ArgumentValueError, match=r"^join_schedules: 2 schedules need 1 boundaries, got 2"):
+        rm.optim.join_schedules([rm.optim.constant_schedule(1.0)] * 2, [1, 2])

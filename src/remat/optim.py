@@ -28,6 +28,14 @@ callable of the number of steps taken before this one, 0 at the first, as in opt
   pytree of bools like the parameters, or a function of the parameters giving one) limits the
   decay to the parameters it marks True.
 
+Learning-rate schedules are optax's, computed as optax computes them (the same operations in
+the same order on the int32 step count): `constant_schedule`, `linear_schedule`,
+`polynomial_schedule`, `cosine_decay_schedule`, `exponential_decay`, `join_schedules` and
+`warmup_cosine_decay_schedule`. On XLA their values are optax's bit for bit, and so are the
+updates (written in optax's operand order, which decides the multiply-adds XLA fuses into one
+rounding), but where XLA fuses the updates of several arrays differently in the two programs a
+few entries differ in the last bit. NumPy rounds every multiply and add: a few ulp.
+
 The moments are kept in each parameter's dtype; the arithmetic is done in float32 or wider, and
 the new parameter is cast back to its dtype. For mixed precision keep float32 master weights
 and cast them to bfloat16 inside the loss: their gradients come back in float32.
@@ -46,7 +54,7 @@ import numpy as np
 from remat import dtypes, tree
 from remat.argcheck import describe, leaf_paths, short_repr
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError
-from remat.ops import astype, sqrt, zeros_like
+from remat.ops import astype, clip, cos, floor, maximum, minimum, ones_like, sqrt, where, zeros_like
 from remat.trace import Tensor, asarray, is_tensor_like
 
 
@@ -128,10 +136,10 @@ def sgd(learning_rate, momentum: float | None = None, nesterov: bool = False,
             gi = _cast(gi, dt) + wd * _cast(pi, dt) if wd else _cast(gi, dt)
             step = gi
             if momentum is not None:
-                b = momentum * _cast(buf[i], dt) + gi
+                b = gi + momentum * _cast(buf[i], dt)  # optax's order (see _adam)
                 new_buf.append(astype(b, pi.dtype))
                 step = gi + momentum * b if nesterov else b
-            new_p.append(astype(_cast(pi, dt) - rate * step, pi.dtype))
+            new_p.append(astype(_cast(pi, dt) - _rate(rate, dt) * step, pi.dtype))
         buffers = None if momentum is None else _rebuild(params, new_buf)
         return _rebuild(params, new_p), SgdState(state.count + 1, buffers)
 
@@ -187,19 +195,197 @@ def _adam(name, learning_rate, b1, b2, eps, weight_decay, mask) -> Optimizer:
         new_p, new_mu, new_nu = [], [], []
         for pi, gi, mi, vi, wdi in zip(p, g, mu, nu, decay):
             dt = _compute_dtype(pi)
-            t = astype(count, dt)
             gi, pc = _cast(gi, dt), _cast(pi, dt)
-            m = b1 * _cast(mi, dt) + (1.0 - b1) * gi
-            v = b2 * _cast(vi, dt) + (1.0 - b2) * (gi * gi)
-            step = (m / (1.0 - b1**t)) / (sqrt(v / (1.0 - b2**t)) + eps)
+            # Sums in optax's operand order: XLA fuses a multiply-add into one rounding, and which
+            # product it fuses follows the order, so this order is what gives optax's bits.
+            m = (1.0 - b1) * gi + b1 * _cast(mi, dt)
+            v = (1.0 - b2) * (gi * gi) + b2 * _cast(vi, dt)
+            step = (m / _bias_correction(b1, count, dt)) / (sqrt(v / _bias_correction(b2, count, dt)) + eps)
             if wdi:
                 step = step + wdi * pc
-            new_p.append(astype(pc - rate * step, pi.dtype))
+            new_p.append(astype(pc - _rate(rate, dt) * step, pi.dtype))
             new_mu.append(astype(m, pi.dtype))
             new_nu.append(astype(v, pi.dtype))
         return _rebuild(params, new_p), AdamState(count, _rebuild(params, new_mu), _rebuild(params, new_nu))
 
     return Optimizer(name, init, update)
+
+
+# ---------------------------------------------------------------- learning-rate schedules
+
+# Each is optax's function of the same name (optax/schedules/_schedule.py and _join.py), with
+# the same operations in the same order on the int32 step count, promoted as JAX promotes it
+# (a Python number meeting it gives float32, float64 in x64 mode): the rates are optax's bit
+# for bit. A count that is a Python int is taken as JAX takes one.
+
+
+def constant_schedule(value) -> Callable:
+    """The rate `value` at every step.
+
+    >>> import remat as rm
+    >>> rm.optim.constant_schedule(0.1)(rm.asarray(7))
+    0.1
+    """
+    return lambda count: value
+
+
+def polynomial_schedule(init_value, end_value, power, transition_steps: int, transition_begin: int = 0) -> Callable:
+    """From `init_value` to `end_value` over `transition_steps` steps after `transition_begin`:
+    `(init - end) (1 - k / transition_steps)^power + end`, k the steps since the beginning,
+    clipped to [0, transition_steps]. A non-positive `transition_steps` gives `init_value`.
+
+    >>> import remat as rm
+    >>> f = rm.optim.polynomial_schedule(1.0, 0.01, power=2, transition_steps=100, transition_begin=5)
+    >>> [round(float(f(rm.asarray(k))), 4) for k in (0, 6, 104, 110)]
+    [1.0, 0.9803, 0.0101, 0.01]
+    """
+    steps = _steps("polynomial_schedule", "transition_steps", transition_steps)
+    begin = max(_steps("polynomial_schedule", "transition_begin", transition_begin), 0)  # optax: below 0 is 0
+    if steps <= 0:
+        return constant_schedule(init_value)
+
+    def schedule(count):
+        k = clip(asarray(count) - begin, 0, steps)
+        frac = 1 - _over(k, steps)
+        return (init_value - end_value) * _power(frac, power) + end_value
+
+    return schedule
+
+
+def linear_schedule(init_value, end_value, transition_steps: int, transition_begin: int = 0) -> Callable:
+    """From `init_value` to `end_value` linearly over `transition_steps` steps (a polynomial
+    schedule of power 1), starting after `transition_begin` steps.
+
+    >>> import remat as rm
+    >>> [float(rm.optim.linear_schedule(0.0, 1.0, 4)(rm.asarray(k))) for k in (0, 2, 9)]
+    [0.0, 0.5, 1.0]
+    """
+    return polynomial_schedule(init_value, end_value, 1, transition_steps, transition_begin)
+
+
+def cosine_decay_schedule(init_value, decay_steps: int, alpha=0.0, exponent=1.0) -> Callable:
+    """Half a cosine from `init_value` down to `alpha * init_value` over `decay_steps` steps
+    (Loshchilov and Hutter 2017), raised to `exponent`, then constant.
+
+    >>> import remat as rm
+    >>> [round(float(rm.optim.cosine_decay_schedule(1.0, 4)(rm.asarray(k))), 4) for k in (0, 2, 4, 9)]
+    [1.0, 0.5, 0.0, 0.0]
+    """
+    steps = _steps("cosine_decay_schedule", "decay_steps", decay_steps)
+    if steps <= 0:
+        raise ArgumentValueError(f"cosine_decay_schedule: decay_steps must be positive, got {decay_steps!r}")
+    steps = float(steps)  # optax: a Python int enters as a float (no int32 overflow)
+
+    def schedule(count):
+        k = minimum(asarray(float(count) if isinstance(count, int) else count), steps)
+        cosine = 0.5 * (1 + cos(math.pi * k / steps))
+        return init_value * ((1 - alpha) * _power(cosine, exponent) + alpha)
+
+    return schedule
+
+
+def exponential_decay(init_value, transition_steps: int, decay_rate: float, transition_begin: int = 0,
+                      staircase: bool = False, end_value=None) -> Callable:
+    """`init_value * decay_rate^(k / transition_steps)`, k the steps since `transition_begin`
+    (the exponent floored with `staircase`), bounded by `end_value` if given; `init_value`
+    before the beginning, and throughout if `transition_steps` is not positive or the rate 0.
+
+    >>> import remat as rm
+    >>> f = rm.optim.exponential_decay(1.0, transition_steps=2, decay_rate=0.5, staircase=True)
+    >>> [float(f(rm.asarray(k))) for k in (0, 1, 2, 5)]
+    [1.0, 1.0, 0.5, 0.25]
+    """
+    steps = _steps("exponential_decay", "transition_steps", transition_steps)
+    begin = max(_steps("exponential_decay", "transition_begin", transition_begin), 0)
+    if steps <= 0 or decay_rate == 0:
+        return constant_schedule(init_value)
+    bound = None if end_value is None else (maximum if decay_rate < 1.0 else minimum)
+
+    def schedule(count):
+        k = asarray(count) - begin
+        p = _over(k, steps)
+        if staircase:
+            p = floor(p)
+        value = where(k <= 0, init_value, init_value * decay_rate**p)
+        return value if bound is None else bound(value, end_value)
+
+    return schedule
+
+
+def join_schedules(schedules, boundaries) -> Callable:
+    """`schedules[0]` until `boundaries[0]`, then `schedules[1]` counted from that boundary, and
+    so on (one boundary fewer than schedules).
+
+    >>> import remat as rm
+    >>> f = rm.optim.join_schedules([rm.optim.constant_schedule(1.0), rm.optim.linear_schedule(1.0, 0.0, 4)], [2])
+    >>> [float(f(rm.asarray(k))) for k in (0, 2, 4)]
+    [1.0, 1.0, 0.5]
+    """
+    schedules, boundaries = list(schedules), list(boundaries)
+    if len(boundaries) != len(schedules) - 1:
+        raise ArgumentValueError(f"join_schedules: {len(schedules)} schedules need {len(schedules) - 1} boundaries, "
+                                 f"got {len(boundaries)}")
+    for k, fn in enumerate(schedules):
+        if not callable(fn):
+            raise ArgumentTypeError(f"join_schedules: schedules[{k}] must be a function of the step count, "
+                                    f"got {short_repr(fn)}")
+
+    def schedule(count):
+        count = asarray(count)
+        out = schedules[0](count)
+        for boundary, fn in zip(boundaries, schedules[1:]):
+            out = where(count < boundary, out, fn(count - boundary))
+        return out
+
+    return schedule
+
+
+def warmup_cosine_decay_schedule(init_value, peak_value, warmup_steps: int, decay_steps: int, end_value=0.0,
+                                 exponent=1.0) -> Callable:
+    """A linear warm-up from `init_value` to `peak_value` over `warmup_steps`, then a cosine
+    decay to `end_value` at step `decay_steps` (counted from the start, warm-up included).
+
+    >>> import remat as rm
+    >>> f = rm.optim.warmup_cosine_decay_schedule(0.0, 1.0, warmup_steps=2, decay_steps=6)
+    >>> [round(float(f(rm.asarray(k))), 4) for k in (0, 1, 2, 4, 6)]
+    [0.0, 0.5, 1.0, 0.5, 0.0]
+    """
+    alpha = 0.0 if peak_value == 0.0 else end_value / peak_value
+    return join_schedules([linear_schedule(init_value, peak_value, warmup_steps),
+                           cosine_decay_schedule(peak_value, decay_steps - warmup_steps, alpha, exponent)],
+                          [warmup_steps])
+
+
+def _steps(name: str, what: str, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(f"{name}: {what} must be an int (a number of steps), got {short_repr(value)}")
+    return int(value)
+
+
+def _over(k: Tensor, steps: int) -> Tensor:
+    """`k / steps` as jnp.true_divide divides an integer `k` (an int32 count) by an int: in
+    float32, float64 only for int64, in x64 mode too."""
+    if not dtypes.is_float(k.dtype):
+        k = astype(k, dtypes.float64 if k.dtype.itemsize == 8 else dtypes.float32)
+    return k / steps
+
+
+def _power(x: Tensor, power):
+    """`x ** power` as jnp.power computes it: an int power by JAX's binary exponentiation (its
+    `integer_pow`: x ** 2 is x * x), another one by `pow`."""
+    if isinstance(power, (bool, np.bool_)) or not isinstance(power, numbers.Integral):
+        return x**power
+    n = int(power)
+    if n < 0:
+        return 1.0 / _power(x, -n)
+    acc = None
+    while n:
+        if n & 1:
+            acc = x if acc is None else acc * x
+        n >>= 1
+        if n:
+            x = x * x
+    return ones_like(x) if acc is None else acc
 
 
 # ---------------------------------------------------------------- hyperparameters
@@ -304,3 +490,17 @@ def _compute_dtype(p: Tensor) -> np.dtype:
 
 def _cast(x: Tensor, dtype: np.dtype) -> Tensor:
     return x if x.dtype == dtype else astype(x, dtype)
+
+
+def _bias_correction(decay: float, count: Tensor, dt: np.dtype) -> Tensor:
+    """1 - decay^t, as optax computes it: the power of the int32 count in the default float
+    (float64 in x64 mode) and only then cast, so that in x64 mode float32 parameters get the
+    float64 correction rounded once, as optax gives them; float64 parameters get float64."""
+    wide = dtypes.result_type(dt, dtypes.float64 if dtypes.x64_enabled() else dtypes.float32)
+    return _cast(1.0 - decay ** astype(count, wide), dt)
+
+
+def _rate(rate, dt: np.dtype):
+    """A schedule's rate in the compute dtype, as optax casts the step size to the update's
+    (a float64 rate would otherwise widen a float32 step and round it differently)."""
+    return rate if isinstance(rate, numbers.Real) else _cast(asarray(rate), dt)

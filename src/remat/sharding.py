@@ -96,8 +96,10 @@ def check(spec: Spec, shape: tuple, what: str) -> None:
                     f"{what}: spec {spec} names mesh axis {name!r}, which the mesh lacks (its axes: "
                     f"{', '.join(map(repr, sizes))}); name one of those, or None to keep the dimension whole")
             if name in seen:
-                raise ArgumentValueError(f"{what}: spec {spec} uses mesh axis {name!r} twice; an axis can "
-                                         "split one dimension only")
+                raise ArgumentValueError(
+                    f"{what}: spec {spec} uses mesh axis {name!r} twice (the mesh's axes: "
+                    f"{', '.join(map(repr, sizes))}); an axis can split one dimension only, once: name it in "
+                    "one entry, and another axis (or None) in the others")
             seen.add(name)
         names = _axis_names(entry)
         parts = math.prod(sizes[n] for n in names)
