@@ -9,7 +9,8 @@
 
 from importlib import metadata as _metadata
 
-from remat import dtypes, linalg, memory, nn, optim, policies, random, special, tree
+# numpy_habits installs NumPy's dispatch on Tensor: np.exp(t) is rm.exp(t).
+from remat import dtypes, linalg, memory, nn, numpy_habits, optim, policies, random, special, tree
 from remat.autodiff import grad, value_and_grad, vjp
 from remat.checkpoint import checkpoint, checkpoint_sequential, remat
 from remat.custom_jvp import SymbolicZero, custom_jvp

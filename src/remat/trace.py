@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from remat import dtypes, tree, values
-from remat.errors import ArgumentTypeError, RematError, TracerError, at_source, user_source
+from remat.errors import ArgumentTypeError, RematError, ShapeError, TracerError, at_source, user_source
 from remat.graph import Graph, Node, Var, type_str
 
 if TYPE_CHECKING:
@@ -521,7 +521,50 @@ def asarray(x, dtype=None) -> Tensor:
         if dtypes.is_supported(x.dtype) and (dtype is None or x.dtype == dtypes.canonical(dtype, "asarray")):
             return Tensor._concrete(x)  # a JAX array stays on its device
         return Tensor._concrete(_frozen_copy(values.array(np.asarray(x), dtype), None))
+    if isinstance(x, (list, tuple)) and _holds_tensor(x):
+        return _stacked(x, dtype)
     return Tensor._concrete(_frozen_copy(values.array(x, dtype), x))
+
+
+def _holds_tensor(x: list | tuple) -> bool:
+    return any(isinstance(v, Tensor) or isinstance(v, (list, tuple)) and _holds_tensor(v) for v in x)
+
+
+def _stacked(x: list | tuple, dtype) -> Tensor:
+    """A nested list holding tensors, as `jnp.asarray` makes it: every entry takes one dtype
+    (`dtype`, else the promoted dtype of the tensors and arrays, Python numbers weak), then each
+    level is stacked, so traced entries stay traced and their gradients flow."""
+    if dtype is None:
+        leaves = list(_nested_leaves(x))
+        dtype = dtypes.result_type(*(asarray(v).dtype for v in leaves if not _weak(v)))
+        for v in filter(_weak, leaves):
+            dtype = dtypes.weak_result_type(dtype, v)
+    return _stacked_level(x, dtypes.canonical(dtype, "asarray"), type(x).__name__)
+
+
+def _weak(v) -> bool:
+    return isinstance(v, (bool, int, float)) and not isinstance(v, np.generic)
+
+
+def _nested_leaves(x):
+    for v in x:
+        if isinstance(v, (list, tuple)):
+            yield from _nested_leaves(v)
+        else:
+            yield v
+
+
+def _stacked_level(x, dtype: np.dtype, kind: str) -> Tensor:
+    if not isinstance(x, (list, tuple)):
+        return asarray(x, dtype)
+    rows = [_stacked_level(v, dtype, kind) for v in x]
+    if not rows:
+        return Tensor._concrete(_frozen_copy(np.zeros((0,), dtype), None))
+    for i, r in enumerate(rows):
+        if r.shape != rows[0].shape:
+            raise ShapeError(f"asarray: the nested {kind} of tensors is ragged: its entry {i} has shape {r.shape} "
+                             f"and entry 0 has {rows[0].shape}; the entries of one list must have one shape")
+    return _ops.stack(rows)
 
 
 def is_tensor_like(x) -> bool:
