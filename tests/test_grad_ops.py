@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.ad_checkpoint
 import jax.numpy as jnp
+import jax.scipy.linalg
 import numpy as np
 import pytest
 
@@ -275,6 +276,15 @@ def _jax_rms(x, g, axis=-1, eps=1e-6):
     return x / jnp.sqrt(jnp.mean(x * x, axis=axis, keepdims=True) + eps) * g
 
 
+def _well_conditioned(rng, shape):
+    return rng.normal(size=shape) + shape[-1] * np.eye(shape[-1])
+
+
+def _spd(rng, shape):
+    m = rng.normal(size=shape)
+    return m @ np.swapaxes(m, -1, -2) + shape[-1] * np.eye(shape[-1])
+
+
 NAMES = [  # issue 11: the names NumPy and JAX users type, primitives and compositions
     S("cumsum", rm.cumsum, jnp.cumsum, (3, 4), params=dict(axis=1)),
     S("cumsum", rm.cumsum, jnp.cumsum, (2, 3), tag="flat"),
@@ -319,6 +329,19 @@ NAMES = [  # issue 11: the names NumPy and JAX users type, primitives and compos
     S("digamma", rm.special.digamma, jax.scipy.special.digamma, (3, 4), domain=positive),
     S("polygamma", lambda x: rm.special.polygamma(1, x), lambda x: jax.scipy.special.polygamma(1, x), (3, 4),
       domain=positive),
+    # rm.linalg's decompositions and solvers (each output squared or one taken where signs are free)
+    S("solve", rm.linalg.solve, jnp.linalg.solve, (3, 3), (3, 2), domain=(_well_conditioned, normal)),
+    S("triangular_solve", lambda a, b: rm.linalg.solve_triangular(a, b, lower=True),
+      lambda a, b: jax.scipy.linalg.solve_triangular(a, b, lower=True), (3, 3), (3,),
+      domain=(_well_conditioned, normal)),
+    S("cholesky", rm.linalg.cholesky, jnp.linalg.cholesky, (3, 3), domain=_spd),
+    S("qr", lambda a: rm.linalg.qr(a, mode="r") ** 2, lambda a: jnp.linalg.qr(a, mode="r") ** 2, (4, 3)),
+    S("eigh", lambda a: rm.linalg.eigh(a)[1] ** 2, lambda a: jnp.linalg.eigh(a)[1] ** 2, (3, 3)),
+    S("svd", lambda a: rm.linalg.svd(a, full_matrices=False)[0] ** 2,
+      lambda a: jnp.linalg.svd(a, full_matrices=False)[0] ** 2, (4, 3)),
+    S("slogdet", lambda a: rm.linalg.slogdet(a)[1], lambda a: jnp.linalg.slogdet(a)[1], (3, 3),
+      domain=_well_conditioned),
+    S("det", rm.linalg.det, jnp.linalg.det, (2, 3, 3)),
 ]
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from remat.backends import blas, low_precision, threefry
+from remat.backends import blas, low_precision, numpy_linalg, threefry
 from remat.graph import Graph, Var
 from remat.loops import numpy_impl
 
@@ -133,6 +133,15 @@ IMPLS: dict[str, Callable] = {
     "while": numpy_impl.while_loop,
     "cond": numpy_impl.cond,
     "while_gradient": numpy_impl.while_gradient,
+    # LAPACK through np.linalg (SciPy's triangular solve); a matrix LAPACK refuses gives NaN, as on XLA
+    "solve": numpy_linalg.solve,
+    "triangular_solve": numpy_linalg.triangular_solve,
+    "cholesky": numpy_linalg.cholesky,
+    "qr": numpy_linalg.qr,
+    "eigh": numpy_linalg.eigh,
+    "svd": numpy_linalg.svd,
+    "slogdet": numpy_linalg.slogdet,
+    "det": np.linalg.det,  # a singular matrix gives 0: nothing to refuse
 }
 
 # ops that run sub-graphs and so take the memory counter

@@ -172,6 +172,16 @@ IMPLS: dict[str, Callable] = {
     "while": xla_impl.while_loop,
     "cond": xla_impl.cond,
     "while_gradient": xla_impl.while_gradient,
+    # the operands of the two solves have equal ranks (remat/ops/decompositions.py): no batched vectors
+    "solve": jnp.linalg.solve,
+    "triangular_solve": lambda a, b, *, lower: jax.scipy.linalg.solve_triangular(a, b, lower=lower),
+    "cholesky": lambda a: lax.linalg.cholesky(a, symmetrize_input=False),
+    "qr": lambda a, *, full_matrices: tuple(jnp.linalg.qr(a, mode="complete" if full_matrices else "reduced")),
+    "eigh": lambda a, *, lower: lax.linalg.eigh(a, lower=lower, symmetrize_input=False)[::-1],  # (w, v)
+    "svd": lambda a, *, full_matrices, compute_uv: (tuple(jnp.linalg.svd(a, full_matrices=full_matrices))
+                                                     if compute_uv else (jnp.linalg.svd(a, compute_uv=False),)),
+    "slogdet": lambda a: tuple(jnp.linalg.slogdet(a)),
+    "det": jnp.linalg.det,
 }
 
 

@@ -100,6 +100,7 @@ from remat.ops.arrays import (
     tril,
     triu,
 )
+from remat.ops import decompositions  # noqa: F401  (declares the primitives rm.linalg binds)
 
 __all__ = [
     "OPS", "NOT_DIFFERENTIABLE", "Op", "declare",
