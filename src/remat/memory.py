@@ -559,5 +559,52 @@ def plan_report(fn, *args, memory_budget, strategy=None, argnums=None, backend: 
     return dc.replace(reports[-1], kept=tuple(_residuals_of(prog)))
 
 
+def available(cap=None) -> int:
+    """Bytes this process may still take before it reaches `cap`: the cap minus its resident set
+    size now (the interpreter, the libraries and every array it already holds), at least 0.
+    `cap` is bytes or a string such as "512MiB"; None is the tightest limit the OS sets on this
+    process (RLIMIT_DATA, RLIMIT_AS, the cgroup's memory limit) or, without one, the memory the
+    machine has available. Linux only (it reads /proc). A step's `memory_budget=` counts its
+    inputs too, so a step over `args` may be planned with
+    `memory_budget=rm.memory.available(cap) + <bytes of args>` (see `remat.fit`).
+
+    >>> import remat as rm
+    >>> 0 < rm.memory.available("64GiB") <= 64 * 2**30
+    True
+    """
+    if cap is None:
+        limit = _os_limit()
+    else:
+        parsed = budgets.parse_budget(cap, "memory.available")
+        if parsed.bytes is None:  # a fraction means nothing without a step; name what to pass
+            raise ArgumentValueError(f"memory.available: cap={cap!r} is a fraction; pass bytes, e.g. '512MiB'")
+        limit = parsed.bytes
+    return max(0, limit - _resident())
+
+
+def _resident() -> int:
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _os_limit() -> int:
+    import resource
+
+    limits = [soft for soft, _ in (resource.getrlimit(resource.RLIMIT_DATA), resource.getrlimit(resource.RLIMIT_AS))
+              if soft != resource.RLIM_INFINITY]
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:  # "max" or a huge number: no limit
+            limits.append(int(text))
+    with open("/proc/meminfo") as f:  # the machine's free memory bounds the rest
+        avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    return min([*limits, avail + _resident()])
+
+
 __all__ = ["Residual", "Event", "XlaFigure", "Profile", "saved_residuals", "print_saved_residuals", "profile", "plot",
-           "plan_report", "PlanReport", "PlanWarning"]
+           "plan_report", "PlanReport", "PlanWarning", "available"]
