@@ -19,20 +19,21 @@ demo: $(VENV)/.installed
 # module's tests share what its fixtures measured, which a second worker would measure again).
 # `make test`: every feature's correctness, in minutes. `make check`: the measured claims (memory
 # by resident memory, planner sweeps, 8 devices and two processes, the bench through every
-# framework, the long fuzz profile); it installs PyTorch, the benchmarks' comparison.
+# framework, the long fuzz profile); it installs PyTorch, the benchmarks' comparison, and so also
+# runs the tests that need it (marked `torch`). Nothing is skipped in either tier.
 # Each prints its 15 slowest tests, so that growth is seen when it happens.
 PYTEST := $(PY) -m pytest -n auto --dist loadfile --durations=15
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(PYTEST) -m "not claims"
+	$(PYTEST) -m "not claims and not torch"
 
 $(VENV)/.installed-check: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[test,bench]'
 	touch $@
 
 check: $(VENV)/.installed-check
-	$(PYTEST) -m claims
+	$(PYTEST) -m "claims or torch"
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/remat bench

@@ -79,8 +79,8 @@ def test_the_table_shows_peaks_ratios_and_spreads():
     assert "| √L | n/a | n/a | n/a | n/a | n/a |" in text
 
 
+@pytest.mark.torch
 def test_torch_step_returns_the_gradients_and_keeps_no_grad_buffers(monkeypatch):
-    pytest.importorskip("torch")
     import remat as rm
     from remat.bench import impl_torch
     from remat.models import residual_mlp_loss

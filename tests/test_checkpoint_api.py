@@ -289,9 +289,9 @@ SEQUENTIAL_LAYOUTS = {
 }
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("n, segments", list(SEQUENTIAL_LAYOUTS))
 def test_the_written_layouts_are_pytorchs(n, segments):
-    pytest.importorskip("torch")
     assert _torch_layout(n, segments) == SEQUENTIAL_LAYOUTS[n, segments]
 
 

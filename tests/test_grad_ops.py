@@ -483,10 +483,9 @@ def test_against_jax(spec: Spec):
         _close(g, e, spec.tol)
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+@pytest.mark.parametrize("spec", [s for s in SPECS if "float32" in s.dtypes],
+                         ids=[s.id for s in SPECS if "float32" in s.dtypes])
 def test_float32_gradient_keeps_dtype_and_value(spec: Spec):
-    if "float32" not in spec.dtypes:
-        pytest.skip("float64 only")
     xs64 = _inputs(spec)
     cts64 = _cotangents(spec, xs64)
     xs = [x.astype("float32") for x in xs64]

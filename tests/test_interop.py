@@ -176,8 +176,9 @@ def test_from_dlpack_refuses_unsupported_dtypes_and_non_arrays():
         rm.from_dlpack([1.0, 2.0])
 
 
+@pytest.mark.torch
 def test_tensors_and_pytorch_share_memory_both_ways():
-    torch = pytest.importorskip("torch")
+    import torch
     y = rm.tanh(rm.asarray([0.5, 1.0]))
     tt = torch.from_dlpack(y)
     assert tt.data_ptr() == y._value.ctypes.data and tt.tolist() == pytest.approx(np.tanh([0.5, 1.0]).tolist())
