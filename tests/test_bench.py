@@ -219,3 +219,13 @@ def test_only_memory_jobs_change_how_malloc_returns_memory(monkeypatch):
         assert _subprocess({"job": job}) == {}
     memory, defaults = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_ARENA_MAX": "1"}, dict.fromkeys(seen[0])
     assert seen == [memory, memory, defaults, defaults]
+
+
+def test_inputs_are_drawn_in_slabs_without_a_float64_copy_yet_the_same_numbers():
+    """`remat fit` counts every byte of a try's process: a long RNN sequence's inputs are drawn a
+    slab at a time (about 8 MiB of float64), and are the numbers one draw gives."""
+    from remat.bench import config
+
+    got = config._normal32(np.random.default_rng(0), 0.5, 3000, 700)  # three slabs of 1497 rows
+    want = np.random.default_rng(0).normal(0, 0.5, (3000, 700)).astype(np.float32)
+    assert got.dtype == np.float32 and np.array_equal(got, want)

@@ -7,6 +7,7 @@ time steps, checkpointed per step, in ⌈√T⌉-step segments, or with the bino
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import ClassVar
@@ -140,7 +141,7 @@ def inputs(size, seed: int = 0):
     """`(params, data)` as NumPy float32 (and int32) arrays; a scanned model's layers' weights
     stacked along a new leading axis."""
     rng = np.random.default_rng(seed)
-    normal = lambda scale, *shape: rng.normal(0, scale, shape).astype(np.float32)  # noqa: E731
+    normal = functools.partial(_normal32, rng)
     if isinstance(size, RNN):
         w, i = size.width, size.inputs  # scaled as remat.models.rnn_params: the state neither dies nor saturates
         params = {"wh": normal(0.9 / math.sqrt(w), w, w), "wx": normal(1 / math.sqrt(i), i, w),
@@ -153,6 +154,17 @@ def inputs(size, seed: int = 0):
         blocks = params["blocks"]
         return {**params, "blocks": {k: np.stack([b[k] for b in blocks]) for k in blocks[0]}}, data
     return params, data
+
+
+def _normal32(rng: np.random.Generator, scale: float, *shape: int) -> np.ndarray:
+    """`rng.normal(0, scale, shape)` as float32, drawn a slab at a time along the first axis (the
+    same numbers: a Generator draws them in order), so that no float64 copy of a long RNN
+    sequence is ever whole: `remat fit` counts every byte a try's process holds."""
+    out = np.empty(shape, np.float32)
+    rows = max(1, (1 << 20) // max(1, math.prod(shape[1:])))  # about 8 MiB of float64 at a time
+    for start in range(0, shape[0], rows):
+        out[start : start + rows] = rng.normal(0, scale, (min(rows, shape[0] - start), *shape[1:]))
+    return out
 
 
 def _layers_inputs(size, rng, normal):
