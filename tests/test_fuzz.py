@@ -25,9 +25,21 @@ CHUNK = 25
 #: Seeds whose programs expose a genuine remat bug, each with its minimal reproduction. They
 #: stay out of the profile and are expected to fail (strictly: a fix turns them into errors
 #: here, and then the seed goes back into the profile).
-#: None now: seed 103 (XLA `take` on a constant block output) is fixed, and
+#: Seed 103 (XLA `take` on a constant block output) was fixed, and
 #: tests/test_indexing.py::test_take_from_a_constant_a_checkpoint_returns_lowers_on_xla keeps it.
-KNOWN: dict[int, str] = {}
+KNOWN: dict[int, str] = {
+    1509: "vmap of a cond whose untaken branch is NaN at some entries through a tensor it captures (not its "
+          "operand): the per-entry stop_gradient covers operands only, so the gradient is NaN there. "
+          "rm.vmap(rm.grad(lambda x: rm.sum(rm.cond(rm.min(x) > -0.194, lambda p: rm.sqrt(x + 0.294), "
+          "lambda p: p * 2.0, x))))(np.array([[[0.1, 0.2]], [[-1.0, 0.3]]])) is nan at entry 1; JAX 2.0",
+    1743: "KeyError: Var at run time: checkpoint(policy=everything_saveable) around vmap(sort, then fori_loop) "
+          "saves the sort's indices, not its values, and the backward block reads the values without "
+          "replaying the sort: rm.grad(lambda x: rm.sum(rm.checkpoint(lambda: rm.vmap(lambda p: rm.fori_loop("
+          "0, 1, lambda i, c: rm.tanh(c), rm.sort(p * 1.0)))(x), policy=rm.policies.everything_saveable)))",
+    2729: "a binomial scan inside a segments scan, differentiated once, raises 'the gradient of a scan with "
+          "checkpoint=binomial(2) cannot be differentiated again' (the segment's backward block differentiates "
+          "the inner scan's gradient); JAX, without a binomial schedule, runs the program",
+}
 
 
 def _assert_no_failures(failures: list[fp.Failure]) -> None:
