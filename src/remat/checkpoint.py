@@ -157,20 +157,19 @@ def _checkpoint_jvp(ts, *inputs, body: Graph, saved, policy, prevent_cse=True, *
 
 def _prune(node: Node, live: set[Var]) -> Node:
     """The block without the outputs nobody reads, the work only they needed and the inputs it
-    does not read (a forward-mode body may ignore the tangent of an input). A backward block
-    computes the cotangent of every input and the caller often wants few (grad with respect to
-    `x` needs no weight gradients). Residuals stay: whether a gradient will read them is not
-    known yet."""
+    then no longer reads. A backward block computes the cotangent of every input and the caller
+    often wants few (grad with respect to `x` needs no weight gradients). Residuals stay:
+    whether a gradient will read them is not known yet."""
     from remat.loops.prune import sub_graph  # the loops import this module
 
     p = node.params
     body = p["body"]
     n_out = len(body.outputs) - p.get("num_residuals", 0)
     keep = [k for k in range(len(body.outputs)) if k >= n_out or node.outputs[k] in live]
+    if len(keep) == len(body.outputs):
+        return node
     _, read = sub_graph(body, [], keep)
     ins = [i for i, v in enumerate(body.inputs) if v in read]
-    if len(keep) == len(body.outputs) and len(ins) == len(body.inputs):
-        return node
     new, _ = sub_graph(body, ins, keep)
     params = {**p, "body": new, "saved": tuple(ins.index(i) for i in p["saved"] if i in ins)}
     return Node(node.op, [node.inputs[i] for i in ins], [node.outputs[k] for k in keep], params, node.source)

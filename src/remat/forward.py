@@ -337,21 +337,27 @@ def _primal_part(node: Node, unknown: set) -> Node | None:
 
 
 def _without_residuals(node: Node) -> Node:
-    """`node` with the checkpoints in its sub-graphs saving nothing. A checkpoint's residuals
-    are for a later gradient and a pruned block keeps them; inside a forward-mode block they
-    can be tangents (what the never-more-than-plain guarantee keeps of a JVP body), which would
-    tie the primal part to the tangents. Saving nothing, such a checkpoint recomputes instead."""
+    """`node` with the checkpoints in its sub-graphs saving nothing and reading only the inputs
+    their bodies read. A checkpoint's residuals are for a later gradient and a pruned block
+    keeps them; inside a forward-mode block they can be tangents (what the never-more-than-plain
+    guarantee keeps of a JVP body), and a JVP body may ignore the tangent of an input: either
+    would tie the primal part to the tangents. Saving nothing, such a checkpoint recomputes."""
+    from remat.loops.prune import sub_graph
+
     subs = {k: g for k, g in node.params.items() if isinstance(g, Graph)}
     if not subs:
         return node
     params = {**node.params, **{k: Graph(g.inputs, g.outputs, [_without_residuals(n) for n in g.nodes], g.constants)
                                 for k, g in subs.items()}}
-    k = params.get("num_residuals", 0) if node.op == "checkpoint" else 0
-    if k:
-        body = params["body"]
-        params["body"] = Graph(body.inputs, body.outputs[:-k], body.nodes, body.constants)
-        del params["num_residuals"]
-    return Node(node.op, node.inputs, node.outputs[: len(node.outputs) - k], params, node.source)
+    if node.op != "checkpoint":
+        return Node(node.op, node.inputs, node.outputs, params, node.source)
+    body, k = params["body"], params.pop("num_residuals", 0)
+    n_out = len(body.outputs) - k
+    _, read = sub_graph(body, [], list(range(n_out)))
+    ins = [i for i, v in enumerate(body.inputs) if v in read]
+    params["body"] = sub_graph(body, ins, list(range(n_out)))[0]
+    params["saved"] = tuple(ins.index(i) for i in params["saved"] if i in ins)
+    return Node(node.op, [node.inputs[i] for i in ins], node.outputs[:n_out], params, node.source)
 
 
 def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:
