@@ -42,6 +42,7 @@ import re
 import sys
 import time
 import traceback
+import unittest.mock
 import warnings
 from collections.abc import Callable
 
@@ -1587,6 +1588,11 @@ def jax_results(program: Program) -> dict[str, np.ndarray]:
 MODES = ("eager", "numpy", "xla")
 
 
+def lowering(branches: bool):
+    """XLA's lowering of backward blocks: conditionals (the CPU's) or inline (accelerators')."""
+    return unittest.mock.patch("remat.backends.xla.default_branches", lambda: branches)
+
+
 def remat_results(program: Program, mode: str) -> dict[str, np.ndarray]:
     """What remat computes in `mode`: eager (ops run one by one; grad as one traced program),
     or under rm.jit on the NumPy or the XLA backend."""
@@ -1596,21 +1602,9 @@ def remat_results(program: Program, mode: str) -> dict[str, np.ndarray]:
         out = _flatten(everything(*xs), program)
         out["eager forward"] = np.asarray(loss(*xs))
         return out
-    with _lowering(program.branches) if mode == "xla" else contextlib.nullcontext():
+    # XLA's lowering of backward blocks as the program asks, whatever this machine's default
+    with lowering(program.branches) if mode == "xla" else contextlib.nullcontext():
         return _flatten(rm.jit(everything, backend=mode)(*xs), program)
-
-
-@contextlib.contextmanager
-def _lowering(branches: bool):
-    """XLA's lowering of backward blocks as the program asks, whatever this machine's default."""
-    from remat.backends import xla
-
-    default = xla.default_branches
-    xla.default_branches = lambda: branches
-    try:
-        yield
-    finally:
-        xla.default_branches = default
 
 
 @dataclasses.dataclass

@@ -5,11 +5,11 @@ the test file asserts on them. Run it by hand with
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import sys
 import traceback
+import unittest.mock
 
 import jax
 import jax.numpy as jnp
@@ -65,15 +65,9 @@ def grad_step(plan: str):
     return rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, plan))
 
 
-@contextlib.contextmanager
 def lowering(branches: bool):
     """XLA's lowering of backward blocks: conditionals (the CPU's) or inline (accelerators')."""
-    default = xla.default_branches
-    xla.default_branches = lambda: branches
-    try:
-        yield
-    finally:
-        xla.default_branches = default
+    return unittest.mock.patch.object(xla, "default_branches", lambda: branches)
 
 
 LOWERINGS = {"branches": True, "inline": False}

@@ -404,28 +404,40 @@ def test_schedules_on_numpy_are_optaxs_run_op_by_op(name):
     np.testing.assert_array_max_ulp(got, want, maxulp=16 if name == "warmup_cosine_exponent" else 1)
 
 
-def test_adamw_with_warmup_cosine_is_optaxs_bit_for_bit_on_xla():
-    """Twelve AdamW steps with a warm-up and cosine decay: one compiled step on XLA gives optax's
-    float32 parameters and moments bit for bit (the moment sums are written in optax's operand
-    order, which decides which product XLA fuses into a multiply-add)."""
+def _warmup_cosine(m):
+    return m.warmup_cosine_decay_schedule(0.0, 1e-2, 4, 12, end_value=1e-4)
+
+
+def _adamw_steps(backend: str):
+    """Twelve AdamW steps with a warm-up and cosine decay, remat's on `backend` beside the jitted
+    reference's: yields (parameters, state) and the reference's (parameters, count, mu, nu)."""
     rng = np.random.default_rng(0)
     p = rng.normal(size=(64,)).astype(np.float32)
     grads = rng.normal(size=(12, 64)).astype(np.float32)
-    schedule = lambda m: m.warmup_cosine_decay_schedule(0.0, 1e-2, 4, 12, end_value=1e-4)  # noqa: E731
-    ref = jax.jit(JaxOptax.adamw_step(schedule(JaxOptax), 0.1))
-    opt = rm.optim.adamw(schedule(rm.optim), weight_decay=0.1)
-    step = rm.jit(opt.update, backend="xla")
+    ref = jax.jit(JaxOptax.adamw_step(_warmup_cosine(JaxOptax), 0.1))
+    opt = rm.optim.adamw(_warmup_cosine(rm.optim), weight_decay=0.1)
+    step = rm.jit(opt.update, backend=backend)
     want = (jnp.asarray(p), jnp.int32(0), jnp.zeros(64), jnp.zeros(64))
     got, state = rm.asarray(p), opt.init(rm.asarray(p))
     for g in grads:
         want = ref(want[0], jnp.asarray(g), *want[1:])
         got, state = step(rm.asarray(g), state, got)
+        yield (got, state), want
+
+
+def test_adamw_with_warmup_cosine_is_optaxs_bit_for_bit_on_xla():
+    """One compiled step on XLA gives optax's float32 parameters and moments bit for bit (the
+    moment sums are written in optax's operand order, which decides which product XLA fuses into
+    a multiply-add)."""
+    for (got, state), want in _adamw_steps("xla"):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want[0]))
         np.testing.assert_array_equal(np.asarray(state.mu), np.asarray(want[2]))
         np.testing.assert_array_equal(np.asarray(state.nu), np.asarray(want[3]))
     optax = _optax_or_none()
     if optax is not None:
-        o = optax.adamw(schedule(optax), weight_decay=0.1)
+        rng = np.random.default_rng(0)
+        p, grads = rng.normal(size=(64,)).astype(np.float32), rng.normal(size=(12, 64)).astype(np.float32)
+        o = optax.adamw(_warmup_cosine(optax), weight_decay=0.1)
         ostep = jax.jit(lambda g, s, p: (lambda u, s: (optax.apply_updates(p, u), s))(*o.update(g, s, p)))
         q, s = jnp.asarray(p), o.init(jnp.asarray(p))
         for g in grads:
@@ -436,18 +448,7 @@ def test_adamw_with_warmup_cosine_is_optaxs_bit_for_bit_on_xla():
 def test_adamw_with_warmup_cosine_on_numpy_is_optaxs_to_a_few_ulp():
     """NumPy rounds a multiply and an add separately where XLA fuses them into one rounding, so
     the same steps agree to a few ulp of float32 after twelve steps (measured: 3), not bit for bit."""
-    rng = np.random.default_rng(0)
-    p = rng.normal(size=(64,)).astype(np.float32)
-    grads = rng.normal(size=(12, 64)).astype(np.float32)
-    schedule = lambda m: m.warmup_cosine_decay_schedule(0.0, 1e-2, 4, 12, end_value=1e-4)  # noqa: E731
-    ref = jax.jit(JaxOptax.adamw_step(schedule(JaxOptax), 0.1))
-    opt = rm.optim.adamw(schedule(rm.optim), weight_decay=0.1)
-    step = rm.jit(opt.update, backend="numpy")
-    want = (jnp.asarray(p), jnp.int32(0), jnp.zeros(64), jnp.zeros(64))
-    got, state = rm.asarray(p), opt.init(rm.asarray(p))
-    for g in grads:
-        want = ref(want[0], jnp.asarray(g), *want[1:])
-        got, state = step(rm.asarray(g), state, got)
+    *_, ((got, _), want) = _adamw_steps("numpy")
     np.testing.assert_array_max_ulp(np.asarray(got), np.asarray(want[0]), maxulp=4)
 
 

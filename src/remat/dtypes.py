@@ -73,12 +73,20 @@ class enable_x64:  # noqa: N801  (a function to users; a class so that `with` ca
         _x64 = self._previous
 
 
+def default_float() -> np.dtype:
+    return float64 if _x64 else float32
+
+
+def default_int() -> np.dtype:
+    return int64 if _x64 else int32
+
+
 def __getattr__(name: str) -> np.dtype:
     # DEFAULT_FLOAT and DEFAULT_INT follow the x64 mode, so they are read when asked for.
     if name == "DEFAULT_FLOAT":
-        return float64 if _x64 else float32
+        return default_float()
     if name == "DEFAULT_INT":
-        return int64 if _x64 else int32
+        return default_int()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: Float dtypes whose sums and products are accumulated in float32 (results keep the dtype).
@@ -94,7 +102,7 @@ def canonical(dtype, what: str = "dtype") -> np.dtype:
     if dtype is None:
         raise DTypeError(f"{what}: dtype None is not a dtype; use one of {SUPPORTED_NAMES}")
     if dtype is float or dtype is int:  # as in JAX: the default float or int (64-bit in x64 mode)
-        return __getattr__("DEFAULT_FLOAT" if dtype is float else "DEFAULT_INT")
+        return default_float() if dtype is float else default_int()
     try:
         d = np.dtype(dtype)
     except (TypeError, ValueError):
@@ -175,10 +183,16 @@ def scalar_dtype(value) -> np.dtype:
     if isinstance(value, (bool, np.bool_)):
         return bool_
     if isinstance(value, (int, np.integer)):
-        return int64 if _x64 else int32
+        return default_int()
     if isinstance(value, (float, np.floating)):
-        return float64 if _x64 else float32
+        return default_float()
     raise DTypeError(f"expected a Python number, got {type(value).__name__}")
+
+
+def is_weak(value) -> bool:
+    """A Python number (not a NumPy scalar): weakly typed, as in JAX, it takes the dtype of what
+    it meets."""
+    return isinstance(value, (bool, int, float)) and not isinstance(value, np.generic)
 
 
 def weak_result_type(strong: np.dtype, scalar) -> np.dtype:

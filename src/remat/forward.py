@@ -326,8 +326,6 @@ def _primal_part(node: Node, unknown: set) -> Node | None:
     reduced by its prune rule to the outputs that read no tangent, or None (no such output, or
     no prune rule). The linear side computes those values again, as a checkpoint does; JAX keeps
     per-step residuals instead."""
-    from remat.ops.core import OPS
-
     prune = OPS[node.op].prune
     if prune is None:
         return None
@@ -342,8 +340,6 @@ def _without_residuals(node: Node) -> Node:
     keeps them; inside a forward-mode block they can be tangents (what the never-more-than-plain
     guarantee keeps of a JVP body), and a JVP body may ignore the tangent of an input: either
     would tie the primal part to the tangents. Saving nothing, such a checkpoint recomputes."""
-    from remat.loops.prune import sub_graph
-
     subs = {k: g for k, g in node.params.items() if isinstance(g, Graph)}
     if not subs:
         return node
@@ -352,12 +348,13 @@ def _without_residuals(node: Node) -> Node:
     if node.op != "checkpoint":
         return Node(node.op, node.inputs, node.outputs, params, node.source)
     body, k = params["body"], params.pop("num_residuals", 0)
-    n_out = len(body.outputs) - k
-    _, read = sub_graph(body, [], list(range(n_out)))
+    outs = body.outputs[: len(body.outputs) - k]
+    live = _pruned(body.inputs, outs, body.nodes, body.constants)
+    read = {v for n in live.nodes for v in n.inputs} | set(outs)
     ins = [i for i, v in enumerate(body.inputs) if v in read]
-    params["body"] = sub_graph(body, ins, list(range(n_out)))[0]
+    params["body"] = Graph([body.inputs[i] for i in ins], outs, live.nodes, live.constants)
     params["saved"] = tuple(ins.index(i) for i in params["saved"] if i in ins)
-    return Node(node.op, [node.inputs[i] for i in ins], node.outputs[:n_out], params, node.source)
+    return Node(node.op, [node.inputs[i] for i in ins], node.outputs[: len(outs)], params, node.source)
 
 
 def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:

@@ -11,19 +11,11 @@ from remat.custom_jvp import custom_jvp
 from remat.nn import logsumexp
 from remat.nn import sigmoid as _sigmoid
 from remat.ops import log, log1p, where
-from remat.ops.elementwise import broadcast_shapes_for, promote
 from remat.ops.special_functions import digamma, erf, erfc, gammaln, polygamma
+from remat.ops.transcendental import float_pair
 from remat.trace import Tensor, asarray
 
 __all__ = ["digamma", "erf", "erfc", "expit", "gammaln", "logit", "logsumexp", "polygamma", "xlog1py", "xlogy"]
-
-
-def _floats(what: str, x, y) -> list[Tensor]:
-    a, b = promote(x, y, what=what)
-    broadcast_shapes_for(what, a.shape, b.shape)
-    if not dtypes.is_float(a.dtype):
-        a, b = a.astype(dtypes.DEFAULT_FLOAT), b.astype(dtypes.DEFAULT_FLOAT)
-    return [a, b]
 
 
 def _xlogy_value(x: Tensor, y: Tensor) -> Tensor:
@@ -51,12 +43,12 @@ def xlogy(x, y) -> Tensor:
     >>> rm.special.xlogy(rm.asarray([0.0, 2.0]), rm.asarray([0.0, 1.0]))
     Tensor([0., 0.], dtype=float32)
     """
-    return _xlogy(*_floats("xlogy", x, y))
+    return _xlogy(*float_pair("xlogy", x, y))
 
 
 def xlog1py(x, y) -> Tensor:
     """`x * log1p(y)`, 0 where `x == 0` (whatever `y`), as `scipy.special.xlog1py`."""
-    return _xlog1py(*_floats("xlog1py", x, y))
+    return _xlog1py(*float_pair("xlog1py", x, y))
 
 
 def expit(x) -> Tensor:

@@ -536,14 +536,10 @@ def _stacked(x: list | tuple, dtype) -> Tensor:
     level is stacked, so traced entries stay traced and their gradients flow."""
     if dtype is None:
         leaves = list(_nested_leaves(x))
-        dtype = dtypes.result_type(*(asarray(v).dtype for v in leaves if not _weak(v)))
-        for v in filter(_weak, leaves):
+        dtype = dtypes.result_type(*(asarray(v).dtype for v in leaves if not dtypes.is_weak(v)))
+        for v in filter(dtypes.is_weak, leaves):
             dtype = dtypes.weak_result_type(dtype, v)
     return _stacked_level(x, dtypes.canonical(dtype, "asarray"), type(x).__name__)
-
-
-def _weak(v) -> bool:
-    return isinstance(v, (bool, int, float)) and not isinstance(v, np.generic)
 
 
 def _nested_leaves(x):

@@ -35,8 +35,7 @@ def weak_leaves(value) -> dict[int, object]:
     """The leaves of `value` that are Python numbers, by position. They are weakly typed, as in
     JAX: a loop started from `0.0` takes the dtype its body gives that carry (float64 inputs
     make a float64 carry) instead of failing on float32."""
-    return {i: x for i, x in enumerate(tree.leaves(value))
-            if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)}
+    return {i: x for i, x in enumerate(tree.leaves(value)) if dtypes.is_weak(x)}
 
 
 def check_like(loop: str, fn, what: str, got, ref, ref_tree: tree.TreeDef, ref_name: str,

@@ -261,9 +261,7 @@ def zeros_scalar(dtype) -> Tensor:
 
 def _operand(x) -> Tensor | object:
     """A tensor, or a Python scalar left weak until it meets the other operand."""
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
-        return x
-    return asarray(x)
+    return x if dtypes.is_weak(x) else asarray(x)
 
 
 def promote(*args, what: str = "promote") -> list[Tensor]:

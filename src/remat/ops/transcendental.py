@@ -66,7 +66,8 @@ def _cosine_side(x: Tensor) -> Tensor:
     return sqrt((1.0 - x) * (1.0 + x))  # sqrt(1 - x²) without cancellation near |x| = 1
 
 
-def _floats(what: str, x1, x2) -> list[Tensor]:
+def float_pair(what: str, x1, x2) -> list[Tensor]:
+    """Two operands promoted together and checked to broadcast; integers become the default float."""
     a, b = promote(x1, x2, what=what)
     broadcast_shapes_for(what, a.shape, b.shape)
     if not dtypes.is_float(a.dtype):
@@ -124,7 +125,7 @@ def arctan2(x1, x2) -> Tensor:
     >>> rm.arctan2(rm.asarray([1.0, -1.0]), -1.0) / 3.14159265
     Tensor([ 0.75, -0.75], dtype=float32)
     """
-    return bind(_atan2, *_floats("arctan2", x1, x2))
+    return bind(_atan2, *float_pair("arctan2", x1, x2))
 
 
 # ---------------------------------------------------------------- compositions
@@ -169,7 +170,7 @@ def hypot(x1, x2) -> Tensor:
     >>> rm.hypot(rm.asarray([3.0, 3e30]), 4e30)
     Tensor([4.e+30, 5.e+30], dtype=float32)
     """
-    a, b = _floats("hypot", x1, x2)
+    a, b = float_pair("hypot", x1, x2)
     a, b = abs(a), abs(b)
     infinite = (a == math.inf) | (b == math.inf)
     big, small = maximum(a, b), minimum(a, b)
@@ -185,7 +186,7 @@ def logaddexp(x1, x2) -> Tensor:
     >>> rm.logaddexp(rm.asarray(1000.0), 1000.0)
     Tensor(1000.6932, dtype=float32)
     """
-    a, b = _floats("logaddexp", x1, x2)
+    a, b = float_pair("logaddexp", x1, x2)
     delta = a - b
     undefined = delta != delta  # a nan operand, or infinities of one sign: a + b is the answer
     delta = where(undefined, 0.0, delta)

@@ -85,13 +85,11 @@ def store(name: str, report: PlanReport) -> None:
 def _code_digest() -> str:
     """remat's version and a digest of the source of the modules a plan comes from: a changed
     planner (or graph printer) plans anew even before the version changes."""
-    import remat
-
     try:
         version = metadata.version("remat")
     except metadata.PackageNotFoundError:
         version = "unknown"
-    root = Path(remat.__file__).parent
+    root = Path(__file__).parent.parent  # remat/
     h = hashlib.sha256(version.encode())
     for path in sorted([*root.glob("planner/*.py"), root / "graph.py", root / "checkpoint.py"]):
         h.update(path.read_bytes())
