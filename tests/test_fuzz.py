@@ -28,10 +28,6 @@ CHUNK = 25
 #: Seed 103 (XLA `take` on a constant block output) was fixed, and
 #: tests/test_indexing.py::test_take_from_a_constant_a_checkpoint_returns_lowers_on_xla keeps it.
 KNOWN: dict[int, str] = {
-    1509: "vmap of a cond whose untaken branch is NaN at some entries through a tensor it captures (not its "
-          "operand): the per-entry stop_gradient covers operands only, so the gradient is NaN there. "
-          "rm.vmap(rm.grad(lambda x: rm.sum(rm.cond(rm.min(x) > -0.194, lambda p: rm.sqrt(x + 0.294), "
-          "lambda p: p * 2.0, x))))(np.array([[[0.1, 0.2]], [[-1.0, 0.3]]])) is nan at entry 1; JAX 2.0",
     1743: "KeyError: Var at run time: checkpoint(policy=everything_saveable) around vmap(sort, then fori_loop) "
           "saves the sort's indices, not its values, and the backward block reads the values without "
           "replaying the sort: rm.grad(lambda x: rm.sum(rm.checkpoint(lambda: rm.vmap(lambda p: rm.fori_loop("
@@ -58,8 +54,9 @@ def _chunks(profile: range, chunk: int, *marks):
 #: Seeds outside the profiles whose programs found a bug since fixed: they run with `make test`.
 #: 195 and 454: vmap of jacrev with respect to a shared input summed the entries' rows; 3167:
 #: eager jacrev through a checkpoint in a fori_loop differed from the jitted one (a prune that
-#: dropped a checkpoint's unread inputs, meant for linearize only).
-FIXED = [195, 454, 3167]
+#: dropped a checkpoint's unread inputs, meant for linearize only); 1509: a vmapped cond's branch
+#: NaN at untaken entries through a tensor it captured sent NaN gradients there.
+FIXED = [195, 454, 1509, 3167]
 
 
 def _profile():

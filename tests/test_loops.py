@@ -995,3 +995,31 @@ def test_vmapped_branches_send_no_gradient_from_where_they_are_not_taken(name, b
                       (rm.jit(rm.vmap(rm.grad(rm.grad(f))), backend=backend)(x), jax.vmap(jax.grad(jax.grad(jf)))(x))]:
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
         assert np.isfinite(np.asarray(got)).all()
+
+
+def test_vmapped_branches_mask_what_they_capture_as_well_as_their_operands(backend):
+    """A branch that reads tensors from enclosing scope (its function's input, shared weights;
+    directly, in a loop, in a nested cond) sends no gradient from the entries that do not take it:
+    JAX passes a cond's captures as operands, masked per entry like the others (fuzz seed 1509)."""
+    def body(np_):
+        sqrt, log, cond, fori = ((rm.sqrt, rm.log, rm.cond, rm.fori_loop) if np_ is rm else
+                                 (jnp.sqrt, jnp.log, jax.lax.cond, jax.lax.fori_loop))
+
+        def f(w, x):
+            taken = lambda p: sqrt(x * w) + fori(0, 2, lambda i, c: c + log(x), p)  # noqa: E731
+            nested = lambda p: cond(np_.max(x) > 1.0, lambda q: q * w, lambda q: log(w - q), p)  # noqa: E731
+            return np_.sum(cond(np_.min(x) > 0, taken, nested, x))
+
+        return f
+
+    f, jf = body(rm), body(jnp)
+    w = np.array([0.5, 2.0], np.float32)
+    xs = np.array([[4.0, 1.0], [-1.0, 0.0], [2.5, 3.0], [0.25, -2.0]], np.float32)
+    cases = [(rm.vmap(rm.grad(f, argnums=(0, 1)), in_axes=(None, 0)),
+              jax.vmap(jax.grad(jf, argnums=(0, 1)), in_axes=(None, 0))),
+             (rm.grad(lambda w, xs: rm.sum(rm.vmap(lambda x: f(w, x))(xs)), argnums=(0, 1)),
+              jax.grad(lambda w, xs: jnp.sum(jax.vmap(lambda x: jf(w, x))(xs)), argnums=(0, 1)))]
+    for mine, theirs in cases:
+        for got, want in zip(rm.jit(mine, backend=backend)(w, xs), theirs(w, xs)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+            assert np.isfinite(np.asarray(got)).all()

@@ -151,6 +151,48 @@ class new_trace:
         self.trace.active = False
 
 
+class outer_reads:
+    """`with outer_reads() as reads:` collects in `reads.seen` each tensor made outside the scope
+    (earlier in the current trace, or in an enclosing one) that is read inside it, by a primitive
+    or laid out for one: the scope's operands and captures. A vmapped cond masks these per entry.
+    Scopes nest: what an inner one sees, the outer one sees too."""
+
+    def __init__(self):
+        self.trace = current_trace()
+        self.seen: dict[int, Tensor] = {}
+        self._fresh: set[Var] = set()
+        self._checked = 0 if self.trace is None else len(self.trace.nodes)
+        self._outer: outer_reads | None = None
+
+    def __enter__(self) -> outer_reads:
+        self._outer = _OUTER_READS.get()
+        self._token = _OUTER_READS.set(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _OUTER_READS.reset(self._token)
+
+    def note(self, t: Tensor) -> None:
+        if self._outer is not None:
+            self._outer.note(t)
+        if id(t) not in self.seen and self._is_outer(t):
+            self.seen[id(t)] = t
+
+    def _is_outer(self, t: Tensor) -> bool:
+        if t._trace is None or self.trace is None:  # a constant: nothing to differentiate
+            return False
+        if t._trace is not self.trace:  # made in an enclosing trace, or in a child opened inside
+            return self.trace._is_ancestor(t._trace)
+        for node in self.trace.nodes[self._checked :]:
+            self._fresh.update(node.outputs)
+        self._checked = len(self.trace.nodes)
+        return t._var not in self._fresh
+
+
+_OUTER_READS: ContextVar[outer_reads | None] = ContextVar("remat_outer_reads", default=None)
+
+
+
 def abstract_eval(op: Op, avals, params: dict, source: str | None):
     """Run `op`'s shape rule, turning its complaint into an error that names the op and the line."""
     try:
@@ -166,6 +208,10 @@ def abstract_eval(op: Op, avals, params: dict, source: str | None):
 def bind(op: Op, *args, **params):
     """Apply a primitive to tensors: recorded in the current trace, or run now if there is none."""
     tensors = [asarray(a) for a in args]
+    reads = _OUTER_READS.get()
+    if reads is not None:
+        for t in tensors:
+            reads.note(t)
     if any(t._vaxes for t in tensors):
         from remat.vectorize import bind_vectorized
 
@@ -215,15 +261,31 @@ class Tensor:
 
     def _raw(self) -> Tensor:
         """This tensor with its vectorized axes as plain leading axes (no copy)."""
+        reads = _OUTER_READS.get()
+        if reads is not None:
+            reads.note(self)
         if not self._vaxes:
             return self
         return Tensor._concrete(self._value) if self._trace is None else Tensor._traced(self._trace, self._var)
 
     def _relabel(self, vaxes: tuple) -> Tensor:
         """The same storage seen with the leading `vaxes` vectorized."""
+        reads = _OUTER_READS.get()
+        if reads is not None:
+            reads.note(self)
         if self._trace is None:
             return Tensor._concrete(self._value, vaxes)
         return Tensor._traced(self._trace, self._var, vaxes)
+
+    def _stand_in(self, other: Tensor) -> tuple:
+        """Make this object `other` until `_restore(state)` with the state returned: code that
+        holds it (a closure) then reads `other`."""
+        state = (self._value, self._trace, self._var, self._vaxes)
+        self._value, self._trace, self._var, self._vaxes = other._value, other._trace, other._var, other._vaxes
+        return state
+
+    def _restore(self, state: tuple) -> None:
+        self._value, self._trace, self._var, self._vaxes = state
 
     @property
     def is_concrete(self) -> bool:

@@ -28,7 +28,7 @@ from remat.loops.prune import prune_cond
 from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.elementwise import astype, clip, equal, where
 from remat.ops.identity import stop_gradient
-from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like, trace_function
+from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like, new_trace, outer_reads, trace_function
 from remat.vectorize import _merge, align_to
 
 
@@ -251,23 +251,34 @@ def check_agree(loop: str, labels: list[str], results: list) -> tree.TreeDef:
     return first_tree
 
 
-def _own_entries(mine: Tensor, x):
-    if not (is_tensor_like(x) and dtypes.is_float(asarray(x).dtype)):
-        return x
-    x = asarray(x)
-    return where(mine, x, stop_gradient(x))  # `mine` is vectorized like the index: one flag per entry
+def _for_own_entries(fn: Callable, operands: tuple, mine: Tensor):
+    """`fn(*operands)` reading every float tensor from outside it, operands and captures alike,
+    as `where(mine, x, stop_gradient(x))`: JAX passes a cond's captures as operands and masks
+    them all. Captures are found by a first trace of `fn`, thrown away, then rebound for the
+    second: the closure holds the very objects, so they stand in for their masks while it runs."""
+    if current_trace() is None:  # eager: nothing is being differentiated
+        return fn(*operands)
+    with outer_reads() as reads, new_trace("probe"):
+        fn(*operands)
+    rebound = [(x, x._stand_in(where(mine, x, stop_gradient(x))))  # `mine`: one flag per entry
+               for x in reads.seen.values() if dtypes.is_float(x.dtype)]
+    try:
+        return fn(*operands)
+    finally:
+        for x, state in reversed(rebound):
+            x._restore(state)
 
 
 def _select(loop: str, index: Tensor, fns, labels, operands):
     """Under vmap, each entry may take another branch: run them all and pick per entry. Each
-    branch reads, at the entries that do not take it, its operands through stop_gradient (as
-    JAX's batched cond does): a branch that is NaN there (sqrt of a negative, log of zero) then
-    sends back no gradient, where 0 * NaN would have been NaN."""
+    branch reads everything from outside it, operands and captures, through stop_gradient at the
+    entries that do not take it (as JAX's batched cond does with its operands, captures among
+    them): a branch that is NaN there (sqrt of a negative, log of zero) then sends back no
+    gradient, where 0 * NaN would have been NaN."""
     chosen = clip(index, 0, len(fns) - 1)
     results = []
     for k, fn in enumerate(fns):
-        mine = equal(chosen, k)
-        out = fn(*tree.map(lambda x, mine=mine: _own_entries(mine, x), operands))
+        out = _for_own_entries(fn, operands, equal(chosen, k))
         leaves, treedef = tree.flatten(out)
         _check_tensors(loop, labels[k], out, leaves)
         results.append((treedef, [asarray(x) for x in leaves]))
