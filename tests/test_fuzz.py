@@ -28,10 +28,6 @@ CHUNK = 25
 #: Seed 103 (XLA `take` on a constant block output) was fixed, and
 #: tests/test_indexing.py::test_take_from_a_constant_a_checkpoint_returns_lowers_on_xla keeps it.
 KNOWN: dict[int, str] = {
-    1743: "KeyError: Var at run time: checkpoint(policy=everything_saveable) around vmap(sort, then fori_loop) "
-          "saves the sort's indices, not its values, and the backward block reads the values without "
-          "replaying the sort: rm.grad(lambda x: rm.sum(rm.checkpoint(lambda: rm.vmap(lambda p: rm.fori_loop("
-          "0, 1, lambda i, c: rm.tanh(c), rm.sort(p * 1.0)))(x), policy=rm.policies.everything_saveable)))",
     2729: "a binomial scan inside a segments scan, differentiated once, raises 'the gradient of a scan with "
           "checkpoint=binomial(2) cannot be differentiated again' (the segment's backward block differentiates "
           "the inner scan's gradient); JAX, without a binomial schedule, runs the program",
@@ -55,8 +51,9 @@ def _chunks(profile: range, chunk: int, *marks):
 #: 195 and 454: vmap of jacrev with respect to a shared input summed the entries' rows; 3167:
 #: eager jacrev through a checkpoint in a fori_loop differed from the jitted one (a prune that
 #: dropped a checkpoint's unread inputs, meant for linearize only); 1509: a vmapped cond's branch
-#: NaN at untaken entries through a tensor it captured sent NaN gradients there.
-FIXED = [195, 454, 1509, 3167]
+#: NaN at untaken entries through a tensor it captured sent NaN gradients there; 1743: a policy
+#: around a loop kept a sort's indices but not the values the loop's recomputation reads.
+FIXED = [195, 454, 1509, 1743, 3167]
 
 
 def _profile():

@@ -344,3 +344,23 @@ def test_save_from_both_policies_saves_what_either_saves(args):
 def test_save_from_both_policies_warns_about_a_name_the_body_lacks(args):
     with pytest.warns(P.UnusedNameWarning, match=r"save_only_these_names\('zz'\) names 'zz'"):
         rm.grad(loss_with(P.save_from_both_policies(P.dots_saveable, P.save_only_these_names("zz"))))(*args)
+
+
+LOOP_AFTER_A_SORT = {
+    "fori_loop": lambda x: rm.fori_loop(0, 1, lambda i, c: rm.tanh(c), rm.sort(x)),
+    "scan": lambda x: rm.scan(lambda c, _: (rm.tanh(c), c), rm.sort(x), None, length=2)[1],
+    "vmap(fori_loop)": lambda x: rm.vmap(lambda p: rm.fori_loop(0, 1, lambda i, c: rm.tanh(c), rm.sort(p)))(x),
+}
+
+
+@pytest.mark.parametrize("name", list(LOOP_AFTER_A_SORT))
+def test_a_policy_keeping_what_recomputes_a_loops_residuals(name, backend, rng):
+    """A loop's VJP reads per-step residuals its replay makes and the body does not: the block
+    keeps what recomputes them (here the sorted values; the sort's indices alone crashed the
+    backward block with a KeyError, fuzz seed 1743)."""
+    body = LOOP_AFTER_A_SORT[name]
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    want = rm.grad(lambda x: rm.sum(rm.tanh(body(x))))(x)
+    for policy in (P.everything_saveable, P.dots_saveable, P.nothing_saveable):
+        f = rm.grad(lambda x, policy=policy: rm.sum(rm.tanh(rm.checkpoint(body, x, policy=policy))))
+        np.testing.assert_allclose(np.asarray(run_on(backend, f, x)), np.asarray(want), rtol=1e-6)

@@ -41,8 +41,21 @@ class GradientView(NamedTuple):
     derivable: list[Node]
 
     def plain_reads(self) -> set[Var]:
-        """The body Vars the body's own VJP reads: what it keeps without a checkpoint."""
-        return {self.body_of[v] for v in self.read_all if v in self.body_of}
+        """The body Vars the body's own VJP reads: what it keeps without a checkpoint. For a value
+        the replay has and the body does not (a loop's per-step residuals), the body Vars it is
+        computed from: keeping those, the backward block recomputes it."""
+        made = {v: n for n in self.graph.nodes for v in n.outputs}
+        reads, stack, seen = set(), list(self.read_all), set()
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in self.body_of:
+                reads.add(self.body_of[v])
+            elif v in made:
+                stack += made[v].inputs
+        return reads
 
 
 def gradient_view(body: Graph) -> GradientView:
