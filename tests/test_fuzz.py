@@ -27,11 +27,7 @@ CHUNK = 25
 #: here, and then the seed goes back into the profile).
 #: Seed 103 (XLA `take` on a constant block output) was fixed, and
 #: tests/test_indexing.py::test_take_from_a_constant_a_checkpoint_returns_lowers_on_xla keeps it.
-KNOWN: dict[int, str] = {
-    2729: "a binomial scan inside a segments scan, differentiated once, raises 'the gradient of a scan with "
-          "checkpoint=binomial(2) cannot be differentiated again' (the segment's backward block differentiates "
-          "the inner scan's gradient); JAX, without a binomial schedule, runs the program",
-}
+KNOWN: dict[int, str] = {}
 
 
 def _assert_no_failures(failures: list[fp.Failure]) -> None:
@@ -53,7 +49,9 @@ def _chunks(profile: range, chunk: int, *marks):
 #: dropped a checkpoint's unread inputs, meant for linearize only); 1509: a vmapped cond's branch
 #: NaN at untaken entries through a tensor it captured sent NaN gradients there; 1743: a policy
 #: around a loop kept a sort's indices but not the values the loop's recomputation reads.
-FIXED = [195, 454, 1509, 1743, 3167]
+#: 2729: jacrev through a binomial scan inside a segments scan differentiated the segment's
+#: backward block, which the binomial gradient in it refuses.
+FIXED = [195, 454, 1509, 1743, 2729, 3167]
 
 
 def _profile():

@@ -251,6 +251,30 @@ def test_per_example_gradients_through_a_binomial_scan_under_two_vmaps():
     _close(got, want, 2e-5, 1e-6)
 
 
+def _binomial_in_segments(np_, scan, outer_kw, inner_kw):
+    def f(c0, xs):
+        def segment_step(c, x):
+            inner = scan(lambda h, _: (np_.tanh(h * x) + 0.1, None), c, None, length=3, **inner_kw)[0]
+            return inner, np_.sin(inner)
+
+        return scan(segment_step, c0, xs, **outer_kw)[1]
+
+    return f
+
+
+def test_jacrev_through_a_binomial_scan_inside_a_segments_scan_matches_jax(backend):
+    """A segment's backward block holds the inner scan's binomial gradient, which has no VJP:
+    vmapping that block (jacrev) re-emitted it as a forward checkpoint and differentiated its
+    body to choose residuals, which raised (fuzz seed 2729)."""
+    f = _binomial_in_segments(rm, rm.scan, {"checkpoint": rm.loops.segments(2)}, {"checkpoint": rm.loops.binomial(2)})
+    jf = _binomial_in_segments(jnp, jax.lax.scan, {}, {})
+    c0 = np.array([0.3, -0.2], np.float32)
+    xs = np.linspace(-1, 1, 8).reshape(4, 2).astype(np.float32)
+    got = rm.jit(rm.jacrev(f, argnums=(0, 1)), backend=backend)(c0, xs)
+    for g, e in zip(rm.tree.leaves(got), jax.tree.leaves(jax.jacrev(jf, argnums=(0, 1))(c0, xs)), strict=True):
+        _close(g, e, 2e-5, 1e-6)
+
+
 def test_hessian_through_a_binomial_scan_is_a_clear_error():
     with pytest.raises(rm.ArgumentTypeError, match=r"binomial\(2\) cannot be differentiated in forward mode"):
         rm.hessian(lambda x: rm.sum(_binomial_scan(x, rm.ones((3,)))[0]))(rm.ones((3,)))

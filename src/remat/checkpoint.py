@@ -134,9 +134,11 @@ def _replay(body: Graph, inputs, known: dict[Var, Tensor]) -> dict[Var, Tensor]:
     return {**replay(part, list(inputs) + list(known.values())), **known}
 
 
-def _checkpoint_jvp(ts, *inputs, body: Graph, saved, policy, prevent_cse=True, **_):
+def _checkpoint_jvp(ts, *inputs, body: Graph, saved, policy, prevent_cse=True, differentiated=False, **_):
     # The tangent of a checkpoint is the checkpointed JVP of its body: one block over the inputs
-    # and their tangents (a saved input's tangent is saved too; a capture's is captured).
+    # and their tangents (a saved input's tangent is saved too; a capture's is captured). The
+    # JVP of a backward block is one too: it keeps nothing for a later VJP, so its body (which
+    # may hold a gradient that has no VJP, a binomial scan's) is not differentiated to choose.
     from remat.forward import instantiate, jvp_graph
 
     explicit = [inputs[i] for i in saved] + [ts[i] for i in saved if ts[i] is not None]
@@ -151,7 +153,11 @@ def _checkpoint_jvp(ts, *inputs, body: Graph, saved, policy, prevent_cse=True, *
 
     if isinstance(prevent_cse, tuple):  # the tangents of the explicit inputs are tied, as in JAX
         prevent_cse = prevent_cse + (True,) * (len(explicit) - len(saved))
-    outs, touts = checkpoint(jvp_body, *explicit, policy=policy, prevent_cse=prevent_cse)
+    if differentiated and current_trace() is not None:
+        call = _Call(jvp_body, tuple(explicit), {}, set())
+        outs, touts = _traced_call(call, policy, prevent_cse, differentiated=True)
+    else:
+        outs, touts = checkpoint(jvp_body, *explicit, policy=policy, prevent_cse=prevent_cse)
     return outs, instantiate(touts, body.outputs, none=True)
 
 
@@ -345,14 +351,15 @@ class _Call:
         return self.outputs.rebuild(outs)
 
 
-def _traced_call(call: _Call, policy, prevent_cse: bool | tuple[bool, ...]):
+def _traced_call(call: _Call, policy, prevent_cse: bool | tuple[bool, ...], differentiated: bool = False):
     explicit = [asarray(x) for x in call.arrays.picked]
     traced = trace_function(call.body, explicit, name=call.name)
     trace = current_trace()
     captured = [Tensor._traced(trace, v) for v in traced.captured]
     _warn_unknown_names(policies.resolve(policy), traced.graph)
     # Vectorized axes are plain axes in the block.
-    outs = _bind_block(traced.graph, [e._raw() for e in explicit], captured, policy, True, prevent_cse)
+    outs = _bind_block(traced.graph, [e._raw() for e in explicit], captured, policy, not differentiated, prevent_cse,
+                       differentiated)
     return call.result(traced.wrap_outputs(outs))
 
 
