@@ -364,3 +364,58 @@ def test_a_policy_keeping_what_recomputes_a_loops_residuals(name, backend, rng):
     for policy in (P.everything_saveable, P.dots_saveable, P.nothing_saveable):
         f = rm.grad(lambda x, policy=policy: rm.sum(rm.tanh(rm.checkpoint(body, x, policy=policy))))
         np.testing.assert_allclose(np.asarray(run_on(backend, f, x)), np.asarray(want), rtol=1e-6)
+
+
+def _three_dots_per_step(W):
+    def step(x, _):
+        x = rm.sin(x @ W)
+        x = rm.sin(x @ W)
+        return rm.sin(x @ W), None
+
+    return rm.sum(rm.scan(step, rm.ones((5,)), None, length=2)[0])
+
+
+def _block_counts(graph, *ops) -> list[tuple[int, ...]]:
+    """Per checkpoint block of `graph` (forward, then backward), how often each op occurs in it."""
+    return [tuple(n.params["body"].count(op) for op in ops) for n in graph.nodes if n.op == "checkpoint"]
+
+
+@pytest.mark.parametrize("policy, forward, backward", [
+    (P.dots_saveable, (3, 3, 0), (6, 2, 3)),  # the products are saved per step; sin of the carry is not
+    (P.everything_saveable, (3, 3, 3), (6, 0, 0)),  # the cosines too, as derivative values
+])
+def test_a_policy_reaches_into_a_scan_in_its_block(policy, forward, backward, backend):
+    """JAX's "dots outside scan": the policy is applied per step, so the backward block runs
+    only the transposed products (two per forward one), not the loop's forward products again
+    (it ran 3 + 6 matmuls: the whole loop recomputed, then its gradient)."""
+    W = rm.asarray(np.random.default_rng(0).normal(size=(5, 5)).astype(np.float32) * 0.3)
+    f = rm.value_and_grad(lambda W: rm.checkpoint(_three_dots_per_step, W, policy=policy))
+    assert _block_counts(rm.make_graph(f)(W), "matmul", "sin", "cos") == [forward, backward]
+    plain = rm.value_and_grad(_three_dots_per_step)
+    for got, want in zip(run_on(backend, f, W), run_on(backend, plain, W)):
+        if backend == "numpy":
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        else:
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+
+
+def test_a_scan_under_the_default_policy_is_recomputed_whole():
+    """No policy saves nothing: the backward block runs the loop forward again (3 + 6 matmuls)."""
+    W = rm.asarray(np.eye(5, dtype=np.float32))
+    f = rm.value_and_grad(lambda W: rm.checkpoint(_three_dots_per_step, W))
+    assert _block_counts(rm.make_graph(f)(W), "matmul") == [(3,), (9,)]
+
+
+def test_a_policy_inside_a_scan_step_saves_the_products_per_step():
+    """JAX's "dots inside scan": a checkpointed step under dots_saveable keeps its products."""
+    W = rm.asarray(np.eye(5, dtype=np.float32))
+
+    def loss(W):
+        def step(x, _):
+            return rm.checkpoint(lambda x: rm.sin(rm.sin(rm.sin(x @ W) @ W) @ W), x, policy=P.dots_saveable), None
+
+        return rm.sum(rm.scan(step, rm.ones((5,)), None, length=2)[0])
+
+    graph = rm.make_graph(rm.grad(loss))(W)
+    backward_scan = [n for n in graph.nodes if n.op == "scan"][-1]
+    assert backward_scan.params["body"].count("matmul") == 6

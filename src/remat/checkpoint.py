@@ -249,13 +249,25 @@ def _residuals(body: Graph, policy, guarantee: bool, captures: set[Var] = frozen
     the block would keep more bytes than the plain gradient of its body does, what the plain
     gradient keeps; the captured inputs (`captures`, alive for the whole step anyway: weights)
     cost the block nothing. Returns the body (with those derivative values) and the residuals."""
-    if not guarantee and policy is policies.nothing_saveable:  # a backward block
-        return body, []
+    from remat.loops.scan_policy import stepped  # the loops import this module
+
+    if policy is policies.nothing_saveable:
+        if not guarantee:  # a backward block
+            return body, []
+        steps = {}
+    else:
+        body, steps = stepped(body, policy)
     view = derived.gradient_view(body)
     # The replay shows a custom_vjp as fwd's code, so the policy sees fwd's names and ops, as in
     # JAX; but only fwd's outputs are values of the body, which the block can output.
     savable = set(view.body_of) | {v for n in view.derivable for v in n.outputs}
-    chosen = [savable.intersection(n.outputs) if policies.decide(policy, n) else set() for n in view.graph.nodes]
+
+    def offered(n: Node):  # a scan the policy reached into offers what it stacked for its gradient
+        if n.op == "scan" and id(n.params["body"]) in steps:
+            return n.outputs[steps[id(n.params["body"])] :]
+        return n.outputs if policies.decide(policy, n) else ()
+
+    chosen = [savable.intersection(offered(n)) for n in view.graph.nodes]
     residuals, inputs = _walk(view.graph, chosen, set(view.read))
     plain = view.plain_reads()
     free = {w for v, w in zip(body.inputs, view.graph.inputs) if v in captures}  # the view's Vars for them
