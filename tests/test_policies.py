@@ -419,3 +419,51 @@ def test_a_policy_inside_a_scan_step_saves_the_products_per_step():
     graph = rm.make_graph(rm.grad(loss))(W)
     backward_scan = [n for n in graph.nodes if n.op == "scan"][-1]
     assert backward_scan.params["body"].count("matmul") == 6
+
+
+def _three_dots_in_a_branch(W):
+    def dots(x):
+        x = rm.sin(x @ W)
+        x = rm.sin(x @ W)
+        return rm.sin(x @ W)
+
+    x = rm.ones((5,))
+    return rm.sum(rm.cond(rm.sum(x) > 0, dots, lambda x: x, x))
+
+
+@pytest.mark.parametrize("policy, backward", [
+    (None, (8, 2, 3)),  # the branch recomputed: 3 products, then 5 for the gradient
+    (P.dots_saveable, (5, 2, 3)),  # JAX's "dots outside cond": the products saved, not recomputed
+    (P.everything_saveable, (5, 0, 0)),
+])
+def test_a_policy_reaches_into_a_cond_in_its_block(policy, backward, backend):
+    """The branch taken outputs what its policy saves (the other branch zeros in those slots, as
+    JAX joins its branches' residuals), and the cond's gradient reads them instead of running the
+    branch forward again. Five products backward: two per forward one, but one for the first,
+    whose input is a constant."""
+    W = rm.asarray(np.random.default_rng(1).normal(size=(5, 5)).astype(np.float32) * 0.3)
+    f = rm.value_and_grad(lambda W: rm.checkpoint(_three_dots_in_a_branch, W, policy=policy))
+    forward = (3, 3, 3 if policy is P.everything_saveable else 0)
+    assert _block_counts(rm.make_graph(f)(W), "matmul", "sin", "cos") == [forward, backward]
+    plain = rm.value_and_grad(_three_dots_in_a_branch)
+    for got, want in zip(run_on(backend, f, W), run_on(backend, plain, W)):
+        if backend == "numpy":
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        else:
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+
+
+@pytest.mark.parametrize("policy", [P.dots_saveable, P.everything_saveable])
+@pytest.mark.parametrize("inner", [_three_dots_per_step, _three_dots_in_a_branch], ids=["scan", "cond"])
+def test_transforms_of_a_block_whose_policy_reached_inside(inner, policy):
+    """Forward mode, per-example gradients and second order through the rewritten loop or
+    branch give the plain function's numbers (linearize under everything_saveable raised a
+    KeyError: its JVP block's policy reached into the loop and tied primal to tangent values)."""
+    W = np.random.default_rng(2).normal(size=(5, 5)).astype(np.float32) * 0.3
+    Ws = np.stack([W, 0.5 * W, -W])
+    dW = np.ones_like(W)
+    blocked = lambda W: rm.checkpoint(inner, W, policy=policy)  # noqa: E731
+    for f in (lambda g: rm.jvp(g, (W,), (dW,))[1], lambda g: rm.linearize(g, W)[1](dW),
+              lambda g: rm.vmap(rm.grad(g))(Ws), lambda g: rm.jvp(rm.grad(g), (W,), (dW,))[1],
+              lambda g: rm.grad(lambda W: rm.sum(rm.grad(g)(W) ** 2))(W)):
+        np.testing.assert_allclose(np.asarray(f(blocked)), np.asarray(f(inner)), rtol=2e-5, atol=1e-6)

@@ -32,6 +32,17 @@ def replay(graph: Graph, inputs: list[Tensor]) -> dict[Var, Tensor]:
     return _replay(graph, inputs, linearize=True)
 
 
+def replay_known(graph: Graph, inputs: list[Tensor], known: dict[Var, Tensor]) -> dict[Var, Tensor]:
+    """`replay`, skipping the nodes whose outputs are all `known` and reading those values: a
+    block's backward pass recomputing only what it did not save."""
+    if not known:
+        return replay(graph, inputs)
+    nodes = [n for n in graph.nodes if not all(v in known for v in n.outputs)]
+    part = Graph(graph.inputs + list(known), [], nodes, graph.constants)
+    # A node replayed for its other outputs (a custom_vjp's) must not replace a saved one.
+    return {**replay(part, list(inputs) + list(known.values())), **known}
+
+
 def emit(graph: Graph, inputs: list[Tensor]) -> list[Tensor]:
     """`graph`'s outputs, its nodes re-emitted as they are on `inputs` (custom rules kept)."""
     env = _replay(graph, inputs, linearize=False)

@@ -56,7 +56,7 @@ def _checkpoint_vjp(gs, *inputs, out, body: Graph, saved, policy, num_residuals=
     # barrier(e..., r..., g...) orders B after the cotangents exist, and B's body replays the
     # forward body on (e'..., c...), reading r' instead of recomputing saved values, then
     # back-propagates g'.
-    from remat.autodiff import backward_pass
+    from remat.autodiff import backward_pass, replay_known
 
     n_out = len(body.outputs) - num_residuals
     present = [k for k, g in enumerate(gs) if g is not None]
@@ -67,7 +67,7 @@ def _checkpoint_vjp(gs, *inputs, out, body: Graph, saved, policy, num_residuals=
         ins = list(inputs)
         for i, x in zip(saved, ex):
             ins[i] = x
-        env = _replay(body, ins, _known(body, res, n_out))
+        env = replay_known(body, ins, _known(body, res, n_out))
         replayed.update(env)
         out_cts: list = [None] * len(body.outputs)
         for k, c in zip(present, cts):
@@ -122,18 +122,6 @@ def _known(body: Graph, residuals, n_out: int) -> dict[Var, Tensor]:
     return known
 
 
-def _replay(body: Graph, inputs, known: dict[Var, Tensor]) -> dict[Var, Tensor]:
-    """`autodiff.replay`, skipping the nodes whose outputs are all known."""
-    from remat.autodiff import replay
-
-    if not known:
-        return replay(body, inputs)
-    nodes = [n for n in body.nodes if not all(v in known for v in n.outputs)]
-    part = Graph(body.inputs + list(known), [], nodes, body.constants)
-    # A node replayed for its other outputs (a custom_vjp's) must not replace a saved one.
-    return {**replay(part, list(inputs) + list(known.values())), **known}
-
-
 def _checkpoint_jvp(ts, *inputs, body: Graph, saved, policy, prevent_cse=True, differentiated=False, **_):
     # The tangent of a checkpoint is the checkpointed JVP of its body: one block over the inputs
     # and their tangents (a saved input's tangent is saved too; a capture's is captured). The
@@ -153,9 +141,12 @@ def _checkpoint_jvp(ts, *inputs, body: Graph, saved, policy, prevent_cse=True, d
 
     if isinstance(prevent_cse, tuple):  # the tangents of the explicit inputs are tied, as in JAX
         prevent_cse = prevent_cse + (True,) * (len(explicit) - len(saved))
-    if differentiated and current_trace() is not None:
+    moving = any(t is not None for t in ts)  # else vmap re-emits the block (vectorize.py)
+    if (differentiated or moving) and current_trace() is not None:
+        # A JVP block's policy stays out of its loops and branches: linearize splits a JVP loop
+        # into its primal and tangent parts, which a step checkpointed as one block would tie.
         call = _Call(jvp_body, tuple(explicit), {}, set())
-        outs, touts = _traced_call(call, policy, prevent_cse, differentiated=True)
+        outs, touts = _traced_call(call, policy, prevent_cse, differentiated=differentiated, reach=False)
     else:
         outs, touts = checkpoint(jvp_body, *explicit, policy=policy, prevent_cse=prevent_cse)
     return outs, instantiate(touts, body.outputs, none=True)
@@ -222,12 +213,13 @@ _checkpoint.hoist_slices = _hoist_slices
 
 
 def _bind_block(graph: Graph, explicit: list[Tensor], captured: list[Tensor], policy, guarantee: bool,
-                prevent_cse: bool | tuple[bool, ...] = True, differentiated: bool = False) -> list[Tensor]:
+                prevent_cse: bool | tuple[bool, ...] = True, differentiated: bool = False,
+                reach: bool = True) -> list[Tensor]:
     """Record `graph` as a checkpoint block on `explicit + captured`; its outputs (residuals left
     out). `prevent_cse`: a bool, or one flag per explicit input."""
     saved = tuple(range(len(explicit))) if explicit else tuple(range(len(captured)))
     captures = set(graph.inputs[len(explicit):]) if explicit else set()  # alive anyway: read directly
-    graph, residuals = _residuals(graph, policies.resolve(policy), guarantee, captures)
+    graph, residuals = _residuals(graph, policies.resolve(policy), guarantee, captures, reach)
     if isinstance(prevent_cse, tuple) and (all(prevent_cse) or not any(prevent_cse)):
         prevent_cse = all(prevent_cse)
     # Params at their defaults are left out, so graphs print short.
@@ -242,32 +234,32 @@ def _bind_block(graph: Graph, explicit: list[Tensor], captured: list[Tensor], po
 # ---------------------------------------------------------------- what the block keeps
 
 
-def _residuals(body: Graph, policy, guarantee: bool, captures: set[Var] = frozenset()) -> tuple[Graph, list[Var]]:
+def _residuals(body: Graph, policy, guarantee: bool, captures: set[Var] = frozenset(),
+               reach: bool = True) -> tuple[Graph, list[Var]]:
     """The body values to save: those the policy picks that the gradient needs, directly or to
     recompute an unsaved value it needs, among the body's values and those its derivative rules
     compute from primal values alone (then the body computes them too). With `guarantee`, if
     the block would keep more bytes than the plain gradient of its body does, what the plain
     gradient keeps; the captured inputs (`captures`, alive for the whole step anyway: weights)
-    cost the block nothing. Returns the body (with those derivative values) and the residuals."""
-    from remat.loops.scan_policy import stepped  # the loops import this module
+    cost the block nothing. With `reach`, the policy reaches into the body's scans and conds
+    (loops/policy_reach.py). Returns the body (rewritten, with those derivative values) and the
+    residuals."""
+    from remat.loops.policy_reach import offered, stepped  # the loops import this module
 
     if policy is policies.nothing_saveable:
         if not guarantee:  # a backward block
             return body, []
-        steps = {}
+        reached = {}
     else:
-        body, steps = stepped(body, policy)
+        body, reached = stepped(body, policy) if reach else (body, {})
     view = derived.gradient_view(body)
     # The replay shows a custom_vjp as fwd's code, so the policy sees fwd's names and ops, as in
     # JAX; but only fwd's outputs are values of the body, which the block can output.
     savable = set(view.body_of) | {v for n in view.derivable for v in n.outputs}
 
-    def offered(n: Node):  # a scan the policy reached into offers what it stacked for its gradient
-        if n.op == "scan" and id(n.params["body"]) in steps:
-            return n.outputs[steps[id(n.params["body"])] :]
-        return n.outputs if policies.decide(policy, n) else ()
-
-    chosen = [savable.intersection(offered(n)) for n in view.graph.nodes]
+    # A loop or branch the policy reached into offers what it keeps for its gradient.
+    chosen = [savable.intersection(offered(n, reached) or (n.outputs if policies.decide(policy, n) else ()))
+              for n in view.graph.nodes]
     residuals, inputs = _walk(view.graph, chosen, set(view.read))
     plain = view.plain_reads()
     free = {w for v, w in zip(body.inputs, view.graph.inputs) if v in captures}  # the view's Vars for them
@@ -363,7 +355,8 @@ class _Call:
         return self.outputs.rebuild(outs)
 
 
-def _traced_call(call: _Call, policy, prevent_cse: bool | tuple[bool, ...], differentiated: bool = False):
+def _traced_call(call: _Call, policy, prevent_cse: bool | tuple[bool, ...], differentiated: bool = False,
+                 reach: bool = True):
     explicit = [asarray(x) for x in call.arrays.picked]
     traced = trace_function(call.body, explicit, name=call.name)
     trace = current_trace()
@@ -371,7 +364,7 @@ def _traced_call(call: _Call, policy, prevent_cse: bool | tuple[bool, ...], diff
     _warn_unknown_names(policies.resolve(policy), traced.graph)
     # Vectorized axes are plain axes in the block.
     outs = _bind_block(traced.graph, [e._raw() for e in explicit], captured, policy, not differentiated, prevent_cse,
-                       differentiated)
+                       differentiated, reach)
     return call.result(traced.wrap_outputs(outs))
 
 

@@ -334,20 +334,23 @@ def _primal_part(node: Node, unknown: set) -> Node | None:
     return prune(node, primal) if primal else None
 
 
-def _without_residuals(node: Node) -> Node:
+def _without_residuals(node: Node, graph_reads: frozenset | set = frozenset()) -> Node:
     """`node` with the checkpoints in its sub-graphs saving nothing and reading only the inputs
     their bodies read. A checkpoint's residuals are for a later gradient and a pruned block
     keeps them; inside a forward-mode block they can be tangents (what the never-more-than-plain
     guarantee keeps of a JVP body), and a JVP body may ignore the tangent of an input: either
-    would tie the primal part to the tangents. Saving nothing, such a checkpoint recomputes."""
+    would tie the primal part to the tangents. Saving nothing, such a checkpoint recomputes.
+    Residuals its own graph reads (`graph_reads`: a loop stacking them, a branch outputting
+    them, where a policy reached in) are values of that graph, and stay."""
     subs = {k: g for k, g in node.params.items() if isinstance(g, Graph)}
     if not subs:
         return node
-    params = {**node.params, **{k: Graph(g.inputs, g.outputs, [_without_residuals(n) for n in g.nodes], g.constants)
-                                for k, g in subs.items()}}
+    params = {**node.params, **{k: _graph_without_residuals(g) for k, g in subs.items()}}
     if node.op != "checkpoint":
         return Node(node.op, node.inputs, node.outputs, params, node.source)
     body, k = params["body"], params.pop("num_residuals", 0)
+    if k and any(v in graph_reads for v in node.outputs[len(node.outputs) - k :]):
+        params["num_residuals"], k = k, 0
     outs = body.outputs[: len(body.outputs) - k]
     live = _pruned(body.inputs, outs, body.nodes, body.constants)
     read = {v for n in live.nodes for v in n.inputs} | set(outs)
@@ -355,6 +358,11 @@ def _without_residuals(node: Node) -> Node:
     params["body"] = Graph([body.inputs[i] for i in ins], outs, live.nodes, live.constants)
     params["saved"] = tuple(ins.index(i) for i in params["saved"] if i in ins)
     return Node(node.op, [node.inputs[i] for i in ins], node.outputs[: len(outs)], params, node.source)
+
+
+def _graph_without_residuals(g: Graph) -> Graph:
+    read = {v for n in g.nodes for v in n.inputs} | set(g.outputs)
+    return Graph(g.inputs, g.outputs, [_without_residuals(n, read) for n in g.nodes], g.constants)
 
 
 def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:

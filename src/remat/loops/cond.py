@@ -36,7 +36,7 @@ def _ordered(branches: dict) -> list[Graph]:
     return [branches[f"branch{k}"] for k in range(len(branches))]
 
 
-def _cond_rule(index, *avals, **branches):
+def _cond_rule(index, *avals, num_residuals=0, **branches):
     graphs = _ordered(branches)
     if index.shape != () or index.dtype != np.int32:
         raise DTypeError(f"the index must be an int32 scalar, got {index.dtype} {index.shape}")
@@ -49,24 +49,28 @@ def _cond_rule(index, *avals, **branches):
     return outs[0]
 
 
-def _cond_vjp(gs, index, *operands, out, **branches):
-    # x' = branch_i'(x, g) for the branch i that ran: one block, the same index.
-    from remat.autodiff import backward_pass, replay
+def _cond_vjp(gs, index, *operands, out, num_residuals=0, **branches):
+    # x' = branch_i'(x, g) for the branch i that ran: one block, the same index. It recomputes
+    # the branch's forward values from the operands, but those the cond outputs as residuals
+    # (each branch its own slots, zeros in the others': see loops/policy_reach.py).
+    from remat.autodiff import backward_pass, replay_known
 
-    n = len(operands)
+    n, k = len(operands), num_residuals
+    n_user = len(out) - k
     diff = [i for i, x in enumerate(operands) if dtypes.is_float(x.dtype)]
-    has = [g is not None for g in gs]
+    has = [g is not None for g in gs]  # a residual has a cotangent in a gradient of the gradient
 
     def bwd_of(graph: Graph) -> Callable:
         def bwd(*args):
-            ops, given = list(args[:n]), iter(args[n:])
-            cts = backward_pass(graph, replay(graph, ops), [next(given) if h else None for h in has])
+            ops, res, given = list(args[:n]), args[n : n + k], iter(args[n + k :])
+            env = replay_known(graph, ops, dict(zip(graph.outputs[n_user:], res)))
+            cts = backward_pass(graph, env, [next(given) if h else None for h in has])
             return [asarray(np.zeros(ops[i].shape, ops[i].dtype)) if cts[i] is None else cts[i] for i in diff]
 
         return bwd
 
     graphs = _ordered(branches)
-    given = [*operands, *(g for g in gs if g is not None)]
+    given = [*operands, *out[n_user:], *(g for g in gs if g is not None)]
     if any(t._vaxes for t in given):  # vmap over the cotangents: the front end keeps their axes
         cts = switch(index, [bwd_of(g) for g in graphs], *given)
     else:
@@ -78,7 +82,7 @@ def _cond_vjp(gs, index, *operands, out, **branches):
     return tuple(result)
 
 
-def _cond_jvp(ts, index, *operands, **branches):
+def _cond_jvp(ts, index, *operands, num_residuals=0, **branches):  # residuals: outputs like the others
     # One block again: the JVP of the branch that runs, chosen by the same index.
     from remat.forward import instantiate, jvp_graph
 

@@ -238,7 +238,7 @@ def while_loop(*args, cond: Graph, body: Graph, num_carry: int, memory=None):
     return tuple(carry)
 
 
-def cond(index, *operands, memory=None, **branches: Graph):
+def cond(index, *operands, memory=None, num_residuals=0, **branches: Graph):
     from remat.backends.numpy import run
 
     memory = _memory(memory, (*operands, index))

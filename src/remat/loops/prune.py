@@ -76,7 +76,8 @@ def prune_scan(node: Node, live: set[Var]) -> Node:
 def prune_cond(node: Node, live: set[Var]) -> Node:
     """A cond computing only the outputs read, its branches reading only what those need."""
     branches = {k: g for k, g in node.params.items() if k.startswith("branch")}
-    kept = [k for k, v in enumerate(node.outputs) if v in live]
+    n_user = len(node.outputs) - node.params.get("num_residuals", 0)  # residuals stay, as a checkpoint's
+    kept = [k for k, v in enumerate(node.outputs) if v in live or k >= n_user]
     reads = [sub_graph(g, [], kept)[1] for g in branches.values()]
     ins = [i for i in range(len(node.inputs) - 1) if any(g.inputs[i] in r for g, r in zip(branches.values(), reads))]
     new = {k: sub_graph(g, ins, kept)[0] for k, g in branches.items()}

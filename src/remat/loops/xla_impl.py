@@ -145,7 +145,7 @@ def while_loop(*args, cond: Graph, body: Graph, num_carry: int):
                                 lambda c: tuple(evaluate(body, [*c, *body_consts])), carry))
 
 
-def cond(index, *operands, **branches: Graph):
+def cond(index, *operands, num_residuals=0, **branches: Graph):
     from remat.backends.xla import evaluate
 
     graphs = [branches[f"branch{k}"] for k in range(len(branches))]
