@@ -50,8 +50,9 @@ def _chunks(profile: range, chunk: int, *marks):
 #: NaN at untaken entries through a tensor it captured sent NaN gradients there; 1743: a policy
 #: around a loop kept a sort's indices but not the values the loop's recomputation reads.
 #: 2729: jacrev through a binomial scan inside a segments scan differentiated the segment's
-#: backward block, which the binomial gradient in it refuses.
-FIXED = [195, 454, 1509, 1743, 2729, 3167]
+#: backward block, which the binomial gradient in it refuses; 5115: linearize of a JVP block
+#: whose policy reached into its loop (a step checkpointed as one block tied primal to tangent).
+FIXED = [195, 454, 1509, 1743, 2729, 3167, 5115]
 
 
 def _profile():
