@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -82,6 +83,18 @@ def test_a_try_over_the_cap_does_not_fit_and_says_why():
     assert t.watchdog_peak > 20 * MiB
 
 
+def test_a_try_whose_high_water_mark_passed_the_cap_does_not_fit(monkeypatch):
+    """The watchdog reads every 2 ms; the child's own VmHWM sees what it missed."""
+    def child_peaking_at(peak: int):
+        line = json.dumps({"times": [0.1], "peak": peak, "runtime": 1, "budget": None, "loss": 0.5})
+        monkeypatch.setattr(fit, "run_child", lambda *a, **k: (0, line, "", 99 * MiB, False))
+        return fit.try_size("mlp", Entry("remat-numpy", "none", "x"), 4, 100 * MiB, quick=True)
+
+    t = child_peaking_at(100 * MiB + 1)
+    assert not t.fits and "past the cap between the watchdog's readings" in t.why
+    assert child_peaking_at(100 * MiB).fits
+
+
 def test_a_try_that_fits_reports_its_figures():
     t = fit.try_size("mlp", Entry("remat-numpy", "budget", "x"), 256, 256 * MiB, quick=True, steps=2, timeout=120)
     assert t.fits, t.why
@@ -89,6 +102,13 @@ def test_a_try_that_fits_reports_its_figures():
     assert 20 * MiB < t.runtime < t.peak <= 256 * MiB
     assert t.budget is not None and 0 < t.budget < 256 * MiB
     assert math.isfinite(t.loss) and t.per_sample == pytest.approx(sum(t.times) / 2 / 256)  # the median of two
+
+
+def test_a_try_of_a_longer_sequence_trains_that_sequence():
+    t = fit.try_size("gpt", Entry("remat-numpy", "layer", "x"), 96, 256 * MiB, quick=True, steps=1, timeout=120,
+                     vary="seq")
+    assert t.fits, t.why
+    assert t.per_sample == pytest.approx(t.times[0] / 96) and math.isfinite(t.loss)
 
 
 # ---------------------------------------------------------------- the pieces
@@ -107,6 +127,14 @@ def test_available_is_the_cap_minus_what_the_process_holds():
 
 def test_sizes_and_entries():
     assert fit.size_at("gpt", 12).batch == 12 and fit.size_at("rnn", 300).steps == 300
+    assert fit.size_at("mlp", 96, vary="depth").depth == 96 and fit.size_at("gpt", 256, vary="seq").seq == 256
+    assert fit.size_at("gpt", 256, vary="seq").batch == fit.BASE["gpt", "seq", False].batch
+    assert fit.describe("gpt", False, "seq").count("sequence N") == 1
+    assert fit.describe("mlp", True, "depth").startswith("residual MLP: N layers")
+    with pytest.raises(ArgumentValueError, match="the rnn model cannot vary 'batch'; it varies 'steps'"):
+        fit.size_at("rnn", 4, vary="batch")
+    with pytest.raises(ArgumentValueError, match="cannot vary 'seq'; it varies 'batch' or 'depth'"):
+        fit.run(model="mlp", vary="seq")
     assert type(fit.size_at("mlp", 5, scanned=True)).__name__ == "ScannedMLP"
     rows = fit.entries("gpt", ["remat-numpy", "torch", "jax"])
     assert [(e.framework, e.plan, e.scanned) for e in rows] == [
@@ -130,6 +158,10 @@ def test_report_states_sizes_ratios_and_the_limit():
     assert "| remat · none | 10 | 1.00x | 10.000 |" in text
     assert "1.20x the time per sample" in text
     assert fit.LIMIT in text and "Not run: torch (torch is not installed)." in text
+    deep = fit.report("mlp", 128 * MiB, False, rows, {}, ref, vary="depth")
+    assert "remat fit --model mlp --vary depth --cap 128MiB: the largest depth N" in deep
+    assert "| framework · plan | largest depth | × remat none | ms per layer |" in deep
+    assert "1.20x the time per layer" in deep
 
 
 def test_cli_passes_its_options(monkeypatch):
@@ -137,7 +169,9 @@ def test_cli_passes_its_options(monkeypatch):
     monkeypatch.setattr(fit, "run", lambda **kw: seen.update(kw) or ("", []))
     assert cli.main(["fit", "--model", "gpt", "--cap", "300MiB", "--frameworks", "remat-numpy,jax"]) == 0
     assert seen == {"cap": "300MiB", "model": "gpt", "frameworks": ["remat-numpy", "jax"], "quick": False,
-                    "out": None, "plot": None}
+                    "out": None, "plot": None, "vary": None}
+    cli.main(["fit", "--model", "mlp", "--vary", "depth"])
+    assert (seen["model"], seen["vary"]) == ("mlp", "depth")
     cli.main(["fit", "--quick"])
     assert (seen["cap"], seen["frameworks"], seen["quick"]) == (fit.QUICK_CAP, list(fit.QUICK_FRAMEWORKS), True)
 

@@ -1,7 +1,7 @@
 """The `remat` command: `remat demo` (what checkpointing buys, on a model you can train in a
 minute), `remat bench` (remat beside jax.checkpoint and torch.utils.checkpoint),
 `remat bench --planner` (the memory-budget planner against hand-placed checkpoints) and
-`remat fit` (the largest batch that trains under a hard memory cap)."""
+`remat fit` (the largest batch, depth or sequence that trains under a hard memory cap)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="the memory-budget planner against the hand-placed plans (models mlp, gpt; "
                             "frameworks remat-numpy, remat-xla, torch)")
     bench.add_argument("--plot", help="with --planner: also write the picture (budget -> peak, peak -> time) here")
-    fit = sub.add_parser("fit", help="the largest batch that trains under a hard memory cap: remat, PyTorch, JAX")
+    fit = sub.add_parser("fit", help="the largest batch (depth, sequence) that trains under a hard memory cap:"
+                         " remat, PyTorch, JAX")
     fit.add_argument("--cap", help="the memory cap of each try's process, e.g. 512MiB (default; --quick: 160MiB)")
     fit.add_argument("--model", choices=("mlp", "gpt", "rnn"), default="mlp",
                      help="what to fit: the residual MLP or the GPT-style model (batch), the RNN (sequence length)")
+    fit.add_argument("--vary", choices=("batch", "depth", "seq", "steps"),
+                     help="what the search varies: batch (mlp, gpt: the default), depth (mlp: layers), seq (gpt: "
+                          "sequence length), steps (rnn: the default)")
     fit.add_argument("--frameworks", help="comma-separated subset of: remat-numpy,remat-xla,torch,jax "
                                           "(default: remat-numpy,torch,jax; --quick: remat-numpy)")
     fit.add_argument("--quick", action="store_true", help="a small model, cap and search (under two minutes)")
@@ -67,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
         frameworks = split(args.frameworks) or (list(QUICK_FRAMEWORKS) if args.quick else None)
         fit(cap=args.cap or (QUICK_CAP if args.quick else "512MiB"), model=args.model, frameworks=frameworks,
-            quick=args.quick, out=args.out, plot=args.plot)
+            quick=args.quick, out=args.out, plot=args.plot, vary=args.vary)
         return 0
     if args.planner:
         from remat.bench.planner import run as planner

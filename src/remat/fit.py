@@ -1,4 +1,4 @@
-"""`remat fit`: the largest batch (or sequence) that trains under a hard memory cap, for remat
+"""`remat fit`: the largest batch (or depth, or sequence) that trains under a hard memory cap, for remat
 without checkpoints, with one per layer and with the planner (`memory_budget=` from the cap),
 beside PyTorch (eager, with and without `torch.utils.checkpoint` per layer) and JAX (`jit`
 unrolled, and `lax.scan` with `jax.checkpoint` per step).
@@ -80,19 +80,40 @@ def backstop(cap: int) -> int:
     docstring), yet a bound the kernel holds should the watchdog be late."""
     return 2 * cap + 256 * MiB
 
-# The models at size 1; the search varies `VARIABLE[model]`. Quick sizes keep `remat fit --quick`
-# under two minutes on two cores.
+# What a search may vary, per model (the first by default), and what its time is given per.
+VARIES = {"mlp": ("batch", "depth"), "gpt": ("batch", "seq"), "rnn": ("steps",)}
+UNIT = {"batch": "sample", "depth": "layer", "seq": "position", "steps": "step"}
+
+# The models at 1 of what the search varies. Quick sizes keep `remat fit --quick` under two
+# minutes on two cores.
 BASE = {
-    ("mlp", False): MLP(depth=32, width=256, batch=1),
-    ("mlp", True): MLP(depth=16, width=128, batch=1),
+    ("mlp", "batch", False): MLP(depth=32, width=256, batch=1),
+    ("mlp", "batch", True): MLP(depth=16, width=128, batch=1),
+    # Deep and thin: an activation (2048, 128) float32 is 1 MiB, a layer's weights 64 KiB.
+    ("mlp", "depth", False): MLP(depth=1, width=128, batch=2048),
+    ("mlp", "depth", True): MLP(depth=1, width=64, batch=1024),
     # Attention scores dominate: (batch, 4, 128, 128) float32 is 256 KiB per sample and block.
-    ("gpt", False): GPT(layers=8, d_model=64, heads=4, seq=128, batch=1, vocab=256),
-    ("gpt", True): GPT(layers=4, d_model=32, heads=2, seq=64, batch=1, vocab=64),
+    ("gpt", "batch", False): GPT(layers=8, d_model=64, heads=4, seq=128, batch=1, vocab=256),
+    ("gpt", "batch", True): GPT(layers=4, d_model=32, heads=2, seq=64, batch=1, vocab=64),
+    # Long sequences: the scores (4, 4, seq, seq) float32 of a block grow as seq².
+    ("gpt", "seq", False): GPT(layers=8, d_model=64, heads=4, seq=1, batch=4, vocab=256),
+    ("gpt", "seq", True): GPT(layers=4, d_model=32, heads=2, seq=1, batch=4, vocab=64),
     # One carry (32, 256) float32 is 32 KiB: the steps' carries dominate, not the inputs (2 KiB a step).
-    ("rnn", False): RNN(steps=1, width=256, inputs=16, batch=32),
-    ("rnn", True): RNN(steps=1, width=128, inputs=8, batch=16),
+    ("rnn", "steps", False): RNN(steps=1, width=256, inputs=16, batch=32),
+    ("rnn", "steps", True): RNN(steps=1, width=128, inputs=8, batch=16),
 }
-VARIABLE = {"mlp": "batch", "gpt": "batch", "rnn": "steps"}
+
+
+def varied(model: str, vary: str | None) -> str:
+    """What the search over `model` varies: `vary`, else the model's default; checked."""
+    if model not in MODELS:
+        raise ArgumentValueError(f"fit: unknown model {model!r}; known: {', '.join(MODELS)}")
+    if vary is None:
+        return VARIES[model][0]
+    if vary not in VARIES[model]:
+        raise ArgumentValueError(f"fit: the {model} model cannot vary {vary!r}; it varies "
+                                 + " or ".join(map(repr, VARIES[model])))
+    return vary
 
 
 @dataclass(frozen=True)
@@ -125,10 +146,11 @@ def entries(model: str, frameworks: list[str]) -> list[Entry]:
     return [e for f in frameworks for e in table[f]]
 
 
-def size_at(model: str, n: int, quick: bool = False, scanned: bool = False):
-    """`model`'s size with its variable (batch or steps) set to `n`; `scanned`: the same model as
-    one scan over stacked layers (JAX's `lax.scan` row)."""
-    size = dataclasses.replace(BASE[model, quick], **{VARIABLE[model]: n})
+def size_at(model: str, n: int, quick: bool = False, scanned: bool = False, vary: str | None = None):
+    """`model`'s size with what the search varies (`vary`: batch, depth, seq or steps) set to
+    `n`; `scanned`: the same model as one scan over stacked layers (JAX's `lax.scan` row)."""
+    vary = varied(model, vary)
+    size = dataclasses.replace(BASE[model, vary, quick], **{vary: n})
     if scanned and isinstance(size, GPT):
         return ScannedGPT(**dataclasses.asdict(size))
     if scanned and isinstance(size, MLP):
@@ -240,9 +262,10 @@ def _popen(cmd, out, err, env, cap):
 
 
 def try_size(model: str, entry: Entry, n: int, cap: int, quick: bool = False, steps: int = 3,
-             timeout: float = 300.0) -> Try:
-    """Train `model` at size `n` as `entry` says, in a child process under `cap` bytes."""
-    size = size_at(model, n, quick, entry.scanned)
+             timeout: float = 300.0, vary: str | None = None) -> Try:
+    """Train `model` at size `n` (of what `vary` names) as `entry` says, in a child process under
+    `cap` bytes."""
+    size = size_at(model, n, quick, entry.scanned, vary)
     job = {"framework": entry.framework, "plan": entry.plan, "size": size_to_dict(size), "cap": cap, "steps": steps}
     start = time.monotonic()
     code, out, err, seen, killed = run_child(["-m", "remat.fit", json.dumps(job)], cap, timeout, MEMORY_JOB)
@@ -253,6 +276,9 @@ def try_size(model: str, entry: Entry, n: int, cap: int, quick: bool = False, st
     if code:
         return Try(n, False, _reason(code, err), watchdog_peak=seen)
     res = json.loads(out.strip().splitlines()[-1])
+    if res["peak"] > cap:  # the process's own high-water mark: past the cap between two readings
+        return Try(n, False, f"peaked at {res['peak'] / MiB:.1f} MiB, past the cap between the watchdog's readings",
+                   watchdog_peak=seen)
     return Try(n, True, times=res["times"], peak=res["peak"], runtime=res["runtime"], budget=res.get("budget"),
                loss=res["loss"], watchdog_peak=seen)
 
@@ -329,6 +355,9 @@ def _remat_step(size, plan: str, params, data, backend: str, cap: int):
         # The budget counts the step's inputs (already resident) and what it allocates: all that
         # is left under the cap but a margin (PLANNER_SHARE) for what it does not count.
         _warm_planner()
+        # Traced once first: the graph's Python objects (more the deeper the model) are then part
+        # of what the process holds when the budget is read, not a surprise on top of it.
+        rm.make_graph(rm.value_and_grad(impl_remat.loss_fn(size, "none")))(params, data)
         budget = math.floor(PLANNER_SHARE * rm.memory.available(cap)) + _nbytes((params, data))
         grad = rm.value_and_grad(impl_remat.loss_fn(size, "none"), memory_budget=budget, strategy=STRATEGY)
     else:
@@ -429,24 +458,28 @@ class Row:
         return min(fails, key=lambda t: t.n).why if fails else ""
 
 
-def search(model: str, entry: Entry, cap: int, quick: bool = False, log=None, **kw) -> Row:
-    """The largest size of `model` that trains under `cap` as `entry` says."""
+def search(model: str, entry: Entry, cap: int, quick: bool = False, log=None, vary: str | None = None,
+           **kw) -> Row:
+    """The largest size of `model` (of what `vary` names) that trains under `cap` as `entry` says."""
+    vary = varied(model, vary)
     tries: dict[int, Try] = {}
 
     def fits(n: int) -> bool:
-        tries[n] = t = try_size(model, entry, n, cap, quick, **kw)
+        tries[n] = t = try_size(model, entry, n, cap, quick, vary=vary, **kw)
         if log:
-            log(f"{entry.label}: {VARIABLE[model]} {n}: " + (f"fits, peak {t.peak / MiB:.0f} MiB" if t.fits else t.why))
+            log(f"{entry.label}: {vary} {n}: " + (f"fits, peak {t.peak / MiB:.0f} MiB" if t.fits else t.why))
         return t.fits
 
-    n, tried = largest(fits, start=START[model, quick], tolerance=TOLERANCE[quick])
+    n, tried = largest(fits, start=START[model, vary, quick], tolerance=TOLERANCE[quick])
     return Row(entry, n, [tries[k] for k in tried])
 
 
 # Where the doubling starts: about what the step without checkpoints fits under the default cap,
 # so that few tries are spent far below the answer.
-START = {("mlp", False): 256, ("mlp", True): 1024, ("gpt", False): 4, ("gpt", True): 16,
-         ("rnn", False): 256, ("rnn", True): 256}
+START = {("mlp", "batch", False): 256, ("mlp", "batch", True): 1024, ("mlp", "depth", False): 64,
+         ("mlp", "depth", True): 64, ("gpt", "batch", False): 4, ("gpt", "batch", True): 16,
+         ("gpt", "seq", False): 64, ("gpt", "seq", True): 64, ("rnn", "steps", False): 256,
+         ("rnn", "steps", True): 256}
 TOLERANCE = {False: 0.1, True: 0.25}  # the search stops within this share of the size
 
 
@@ -465,13 +498,13 @@ def missing(framework: str) -> str | None:
 
 
 def run(cap="512MiB", model: str = "mlp", frameworks=None, quick: bool = False, out: str | None = None,
-        plot: str | None = None, reference: bool = True) -> tuple[str, list[Row]]:
-    """Search every entry of `model` under `cap`, print the markdown table (and write it to
-    `out`, the picture to `plot`); returns the table and the rows. `reference`: also time the
-    step without checkpoints at the planner's size with the cap raised (the "uncapped" step)."""
+        plot: str | None = None, reference: bool = True, vary: str | None = None) -> tuple[str, list[Row]]:
+    """Search every entry of `model` under `cap` for the largest `vary` (batch, depth, seq or
+    steps: `VARIES`), print the markdown table (and write it to `out`, the picture to `plot`);
+    returns the table and the rows. `reference`: also time the step without checkpoints at the
+    planner's size with the cap raised (the "uncapped" step)."""
     cap_bytes = parse_cap(cap)
-    if model not in MODELS:
-        raise ArgumentValueError(f"fit: unknown model {model!r}; known: {', '.join(MODELS)}")
+    vary = varied(model, vary)
     if isinstance(frameworks, str):
         raise ArgumentTypeError(f"fit: frameworks must be a list of names, got {frameworks!r}; use [{frameworks!r}]")
     frameworks = list(frameworks or DEFAULT_FRAMEWORKS)
@@ -481,20 +514,20 @@ def run(cap="512MiB", model: str = "mlp", frameworks=None, quick: bool = False, 
     skipped = {f: missing(f) for f in frameworks if missing(f)}
     start = time.perf_counter()
     log = lambda msg: print(f"  [{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr)  # noqa: E731
-    rows = [search(model, e, cap_bytes, quick, log, timeout=60.0 if quick else 600.0)
+    rows = [search(model, e, cap_bytes, quick, log, vary, timeout=60.0 if quick else 600.0)
             for e in entries(model, [f for f in frameworks if f not in skipped])]
-    ref = _reference(model, rows, quick, log) if reference else None
-    text = report(model, cap_bytes, quick, rows, skipped, ref)
+    ref = _reference(model, rows, quick, log, vary) if reference else None
+    text = report(model, cap_bytes, quick, rows, skipped, ref, vary)
     print(text)
     if out:
         Path(out).write_text(text + "\n")
     if plot:
-        log(f"picture written to {draw(model, cap_bytes, quick, rows, plot)}")
+        log(f"picture written to {draw(model, cap_bytes, quick, rows, plot, vary)}")
     log("done")
     return text, rows
 
 
-def _reference(model: str, rows: list[Row], quick: bool, log) -> Try | None:
+def _reference(model: str, rows: list[Row], quick: bool, log, vary: str) -> Try | None:
     """The step without checkpoints at the size the planner (else the best remat row) reached,
     under a cap raised to what the machine has free: the time per sample the planner's is
     compared with."""
@@ -505,8 +538,8 @@ def _reference(model: str, rows: list[Row], quick: bool, log) -> Try | None:
     row = max(planned, key=lambda r: r.n)
     roomy = max(parse_cap("1GiB"), rm.memory.available() // 2)  # still a limit: never a try without one
     t = try_size(model, Entry(row.entry.framework, "none", "uncapped"), row.n, roomy, quick,
-                 timeout=60.0 if quick else 600.0)
-    log(f"uncapped, no checkpoint, {VARIABLE[model]} {row.n} (limit {roomy / MiB:.0f} MiB): "
+                 timeout=60.0 if quick else 600.0, vary=vary)
+    log(f"uncapped, no checkpoint, {vary} {row.n} (limit {roomy / MiB:.0f} MiB): "
         + (f"peak {t.peak / MiB:.0f} MiB" if t.fits else t.why))
     t.label = row.entry.label  # type: ignore[attr-defined]
     return t if t.fits else None
@@ -515,22 +548,30 @@ def _reference(model: str, rows: list[Row], quick: bool, log) -> Try | None:
 # ---------------------------------------------------------------- printing and drawing
 
 
-def describe(model: str, quick: bool) -> str:
-    text = BASE[model, quick].describe().split(" (")[0]  # the parenthesis gives a size at N = 1
-    return text.replace(f"{VARIABLE[model]} 1", f"{VARIABLE[model]} N")
+def describe(model: str, quick: bool, vary: str | None = None) -> str:
+    vary = varied(model, vary)
+    text = BASE[model, vary, quick].describe().split(" (")[0]  # the parenthesis gives a size at N = 1
+    shown = {"depth": "1 layers", "seq": "sequence 1", "steps": "1 steps"}.get(vary, f"{vary} 1")
+    return text.replace(shown, shown.replace("1", "N", 1))
 
 
-def report(model: str, cap: int, quick: bool, rows: list[Row], skipped: dict, ref: Try | None) -> str:
+def _flags(model: str, quick: bool, vary: str) -> str:
+    return f"{' --quick' if quick else ''} --model {model}" + ("" if vary == VARIES[model][0] else f" --vary {vary}")
+
+
+def report(model: str, cap: int, quick: bool, rows: list[Row], skipped: dict, ref: Try | None,
+           vary: str | None = None) -> str:
     """The markdown table of `rows`, with the limit and the model above it."""
-    var = VARIABLE[model]
+    var = varied(model, vary)
+    unit = UNIT[var]
     base = next((r for r in rows if r.entry.framework == "remat-numpy" and r.entry.plan == "none"), None)
-    head = [f"remat fit{' --quick' if quick else ''} --model {model} --cap {cap / MiB:g}MiB: the largest {var} N "
+    head = [f"remat fit{_flags(model, quick, var)} --cap {cap / MiB:g}MiB: the largest {var} N "
             f"that trains (value_and_grad and an SGD update) under the cap, each try a process of its own. "
-            f"Model: {describe(model, quick)}. Limit: {LIMIT}. The cap counts the whole process: "
+            f"Model: {describe(model, quick, var)}. Limit: {LIMIT}. The cap counts the whole process: "
             "'runtime' is its resident size with the framework loaded, before any array. Time: the median "
-            f"of the timed steps at the largest N, per {'sample' if var == 'batch' else 'step of the sequence'}."]
+            f"of the timed steps at the largest N, per {unit}."]
     head += [f"Not run: {f} ({why})." for f, why in skipped.items()]
-    cols = ["framework · plan", f"largest {var}", "× remat none", "ms per " + ("sample" if var == "batch" else "step"),
+    cols = ["framework · plan", f"largest {var}", "× remat none", f"ms per {unit}",
             "peak MiB", "runtime MiB", "tries", "the next size"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
@@ -546,7 +587,7 @@ def report(model: str, cap: int, quick: bool, rows: list[Row], skipped: dict, re
     if ref and planner:
         ratio = planner.best.per_sample / ref.per_sample
         notes.append(f"Time: {planner.entry.label} at {var} {planner.n} takes {ratio:.2f}x the time per "
-                     f"{'sample' if var == 'batch' else 'step'} of the step without checkpoints at the same {var} "
+                     f"{unit} of the step without checkpoints at the same {var} "
                      f"with the cap raised (peak {ref.peak / MiB:.0f} MiB, {ref.per_sample * 1e3:.3f} ms).")
     if planner and planner.best.budget:
         notes.append(f"The planner's memory_budget at the largest {var}: {planner.best.budget / MiB:.0f} MiB "
@@ -554,8 +595,10 @@ def report(model: str, cap: int, quick: bool, rows: list[Row], skipped: dict, re
     return "\n\n".join([" ".join(head), "\n".join(lines), " ".join(notes)]).rstrip()
 
 
-def draw(model: str, cap: int, quick: bool, rows: list[Row], path) -> Path:
-    """A picture: the largest size per framework and plan, and its time per sample."""
+def draw(model: str, cap: int, quick: bool, rows: list[Row], path, vary: str | None = None) -> Path:
+    """A picture: the largest size per framework and plan, and its time per sample (or layer,
+    position, step)."""
+    vary = varied(model, vary)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -568,11 +611,11 @@ def draw(model: str, cap: int, quick: bool, rows: list[Row], path) -> Path:
     left.barh(labels, [r.n for r in rows], color=colours)
     for i, r in enumerate(rows):
         left.text(r.n, i, f" {r.n}", va="center", fontsize=8)
-    left.set_xlabel(f"largest {VARIABLE[model]} that trains under {cap / MiB:g} MiB")
+    left.set_xlabel(f"largest {vary} that trains under {cap / MiB:g} MiB")
     left.invert_yaxis()
     right.barh(labels, [r.best.per_sample * 1e3 if r.best else 0 for r in rows], color=colours)
-    right.set_xlabel("ms per " + ("sample" if VARIABLE[model] == "batch" else "step") + " at that size")
-    fig.suptitle(f"remat fit{' --quick' if quick else ''}: {describe(model, quick)}", fontsize=9)
+    right.set_xlabel(f"ms per {UNIT[vary]} at that size")
+    fig.suptitle(f"remat fit{_flags(model, quick, vary)}: {describe(model, quick, vary)}", fontsize=9)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)

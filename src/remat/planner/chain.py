@@ -46,10 +46,17 @@ from remat.graph import Graph, Var
 from remat.planner.cost import Weights, current_weights
 from remat.planner.peak import ALL, Step, base_bytes, total_peak, traced_step
 from remat.planner.plan import Block, Plan
-from remat.planner.stages import Stage, stages
+from remat.planner.stages import Stage, merged, stages
 from remat.trace import Tensor, new_trace
 
 UNITS = 256  # memory levels of the DP table: finer costs time (O(L³ UNITS)), coarser wastes budget
+# The tables' cells (ranges [a, b) × memory levels) at most: a long chain gets fewer levels and
+# at most MOST_STAGES stages (runs of stages merged: fewer places to cut), so planning a deep model
+# does not take the memory it means to save: about 20 bytes a cell, 20 MiB (the tables of 198
+# stages at 256 levels took 330 MiB, and a 160 MiB cap had no room left for the step).
+CELLS = 2**20
+LEAST_UNITS = 32
+MOST_STAGES = 128
 PLAIN = -1  # the choice "keep the first stage's internals" in the table of choices
 NEVER = 2**62  # a peak no schedule reaches (room to add to it without overflow)
 
@@ -132,7 +139,7 @@ def chain_model(graph: Graph, step: Step = ALL) -> ChainModel:
 
 @lru_cache(maxsize=4)  # a budget search plans one graph many times; `weights` key its costs
 def _chain_model(graph: Graph, step: Step, weights: Weights) -> ChainModel:
-    chain = stages(graph, step)
+    chain = merged(graph, stages(graph, step), MOST_STAGES)
     if not chain:
         z = np.zeros(0, np.int64)
         return ChainModel(z.astype(np.float64), z, z, z, z, z, z, z, (0,))
@@ -296,9 +303,8 @@ def cheapest(model: ChainModel, budget: int) -> Schedule | None:
     q = _unit(model, int(budget))
     u = _Units(model, q, int(budget) // q)
     top = u.top
-    full = np.full((n + 1, n + 1, 2 * top + 2), np.inf)  # held beyond `top` never fits: inf
-    part = np.full((n + 1, n + 1, 2 * top + 2), np.inf)
-    rows = np.lib.stride_tricks.sliding_window_view(full, top + 1, axis=2)
+    full = np.full((n + 1, n + 1, top + 2), np.inf)  # held beyond `top` (index top + 1) never fits: inf
+    part = np.full((n + 1, n + 1, top + 2), np.inf)
     choice = np.full((2, n + 1, n + 1, top + 1), PLAIN, np.int16)
     k = np.arange(top + 1)
     prefix = np.concatenate([[0.0], np.cumsum(model.cost)])
@@ -310,7 +316,7 @@ def cheapest(model: ChainModel, budget: int) -> Schedule | None:
         pick = np.full((len(a), 2 * top + 2), PLAIN)
         if length > 1:
             m = a[:, None] + np.arange(1, length)[None, :]
-            blocks = _block_costs(u, rows, full, prefix, a, b, m, k)
+            blocks = _block_costs(u, full, prefix, a, b, m, k)
             at = np.argmin(blocks, axis=1)
             row = np.arange(len(a))[:, None]
             low[:, : top + 1], pick[:, : top + 1] = blocks[row, at, k[None, :]], m[row, at]
@@ -325,10 +331,11 @@ def cheapest(model: ChainModel, budget: int) -> Schedule | None:
 
 
 def _unit(model: ChainModel, budget: int) -> int:
-    """Bytes per unit: at least budget / UNITS; where the large sizes a schedule holds (layer
-    outputs, kept values) share a divisor, an exact fraction of it, so that holding many of them
-    wastes nothing to rounding."""
-    least = max(1, -(-budget // UNITS))
+    """Bytes per unit: at least budget / UNITS (fewer levels for a long chain: `CELLS`); where the
+    large sizes a schedule holds (layer outputs, kept values) share a divisor, an exact fraction
+    of it, so that holding many of them wastes nothing to rounding."""
+    levels = min(UNITS, max(LEAST_UNITS, CELLS // (len(model) + 1) ** 2))
+    least = max(1, -(-budget // levels))
     sizes = np.concatenate([model.out, model.kept, model.extra, model.dout])
     common = int(np.gcd.reduce(sizes[sizes >= least])) if np.any(sizes >= least) else 0
     if common < least:
@@ -365,13 +372,13 @@ def _plain_costs(u: _Units, part: np.ndarray, cost: np.ndarray, a: np.ndarray, b
             np.where(fits & (kk + fwd + u.extra[a][:, None] <= u.top), rest, np.inf))
 
 
-def _block_costs(u: _Units, rows: np.ndarray, full: np.ndarray, prefix: np.ndarray, a: np.ndarray,
-                 b: np.ndarray, m: np.ndarray, k: np.ndarray) -> np.ndarray:
+def _block_costs(u: _Units, full: np.ndarray, prefix: np.ndarray, a: np.ndarray, b: np.ndarray, m: np.ndarray,
+                 k: np.ndarray) -> np.ndarray:
     """Axis 0: ranges [a, b); axis 1: the block over [a, m) for each m of the row; axis 2: memory
-    held (x_a included). `rows[i, j, h]` is `full[i, j, h : h + top + 1]` (a view: rows are
-    copied whole)."""
-    rest = rows[m, b[:, None], np.minimum(u.out[m - 1], u.top + 1)]
-    again = rows[a[:, None], m, np.minimum(u.ct[b], u.top + 1)[:, None]]
+    held (x_a included)."""
+    kk = k[None, None, :]
+    rest = full[m[:, :, None], b[:, None, None], np.minimum(u.out[m - 1][:, :, None] + kk, u.top + 1)]
+    again = full[a[:, None, None], m[:, :, None], np.minimum(u.ct[b][:, None, None] + kk, u.top + 1)]
     need = u.block_fwd[a[:, None], m] + u.pend[b][:, None]
     fits = k[None, None, :] + need[:, :, None] <= u.top
     return np.where(fits, (prefix[m] - prefix[a][:, None])[:, :, None] + rest + again, np.inf)
