@@ -171,7 +171,7 @@ class Memory:
         self.peak = 0
         self._refs: dict[int, list] = {}  # id(base) -> [base, nbytes, refcount]
         self._external: set[int] = set()
-        self.timeline: list[int] = []
+        self.timeline: list[int] = []  # the live bytes at each mark, when a profiler records them
 
     @staticmethod
     def _base(a: np.ndarray) -> np.ndarray:
@@ -212,7 +212,9 @@ class Memory:
         return entry is not None and entry[0] is a and entry[2] == 1 and a.flags.writeable
 
     def mark(self) -> None:
-        self.timeline.append(self.live)
+        """A node has run. The profiler's recorder notes the live bytes here (`timeline`); a plain
+        run keeps no such list: a long loop runs millions of nodes (a binomial RNN of 61,440
+        steps: hundreds of MiB of Python ints, more than the step's own arrays)."""
 
     def finish(self) -> None:
         """Let go of the run's buffers (its outputs are the caller's now), keeping the counts:
