@@ -51,8 +51,11 @@ def _chunks(profile: range, chunk: int, *marks):
 #: around a loop kept a sort's indices but not the values the loop's recomputation reads.
 #: 2729: jacrev through a binomial scan inside a segments scan differentiated the segment's
 #: backward block, which the binomial gradient in it refuses; 5115: linearize of a JVP block
-#: whose policy reached into its loop (a step checkpointed as one block tied primal to tangent).
-FIXED = [195, 454, 1509, 1743, 2729, 3167, 5115]
+#: whose policy reached into its loop (a step checkpointed as one block tied primal to tangent);
+#: 6761: jvp through a checkpoint saving everything around a while_loop ran the loop's refused
+#: gradient in the forward pass (it read only primal values, so the policy could save it);
+#: 6976: eager jacrev through a scan holding a checkpoint (the eager backward under vmap).
+FIXED = [195, 454, 1509, 1743, 2729, 3167, 5115, 6761, 6976]
 
 
 def _profile():

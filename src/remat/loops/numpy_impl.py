@@ -249,5 +249,5 @@ def cond(index, *operands, memory=None, num_residuals=0, **branches: Graph):
     return tuple(outs)
 
 
-def while_gradient(*cotangents, source: str | None):
+def while_gradient(*cotangents, source: str | None, outputs: int):
     refuse(source=source)  # a gradient that needs a while loop's cotangents: the error, at last

@@ -55,20 +55,24 @@ def _while_vjp(gs, *inputs, out, cond, body, num_carry):
     # reaches (a loop over data, under stop_gradient), and then its cotangents are never used.
     # The ones the gradient does use die when they run, on the while loop's own line.
     floats = [i for i, x in enumerate(inputs) if dtypes.is_float(x.dtype)]
-    cts = bind(_refused, *[inputs[i] for i in floats], source=user_source())
+    # It reads the cotangents too: what reads only primal values, a checkpoint's policy may
+    # compute in the forward pass (checkpoint_derived.py), and this one must not run there.
+    given = [g for g in gs if g is not None]
+    cts = bind(_refused, *[inputs[i] for i in floats], *given, source=user_source(), outputs=len(floats))
     result: list[Tensor | None] = [None] * len(inputs)
     for i, ct in zip(floats, cts):
         result[i] = ct
     return tuple(result)
 
 
-def refuse(*_, source: str | None):
+def refuse(*_, source: str | None, **__):
     """What a backend runs for `while_gradient`: the error, pointing at the while loop."""
     raise ArgumentTypeError(NO_GRADIENT, source)
 
 
 # The cotangents of a while loop's inputs: computing one is the error above.
-_refused = declare("while_gradient", lambda *avals, source: list(avals), NOT_DIFFERENTIABLE, multiple_results=True)
+_refused = declare("while_gradient", lambda *avals, source, outputs: list(avals[:outputs]), NOT_DIFFERENTIABLE,
+                   multiple_results=True)
 
 
 def _while_jvp(ts, *inputs, cond: Graph, body: Graph, num_carry: int):

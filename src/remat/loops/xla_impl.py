@@ -153,5 +153,5 @@ def cond(index, *operands, num_residuals=0, **branches: Graph):
     return tuple(lax.switch(index, fns, *operands))  # lax.switch clamps the index, as NumPy's does
 
 
-def while_gradient(*cotangents, source: str | None):
+def while_gradient(*cotangents, source: str | None, outputs: int):
     refuse(source=source)  # a gradient that needs a while loop's cotangents: the error, at last
