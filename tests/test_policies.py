@@ -375,6 +375,15 @@ def _three_dots_per_step(W):
     return rm.sum(rm.scan(step, rm.ones((5,)), None, length=2)[0])
 
 
+def _assert_plain_numbers(backend, f, plain, W) -> None:
+    """`f` (a value_and_grad) gives `plain`'s value and gradient: the same bits on NumPy."""
+    for got, want in zip(run_on(backend, f, W), run_on(backend, rm.value_and_grad(plain), W)):
+        if backend == "numpy":
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        else:
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+
+
 def _block_counts(graph, *ops) -> list[tuple[int, ...]]:
     """Per checkpoint block of `graph` (forward, then backward), how often each op occurs in it."""
     return [tuple(n.params["body"].count(op) for op in ops) for n in graph.nodes if n.op == "checkpoint"]
@@ -391,12 +400,7 @@ def test_a_policy_reaches_into_a_scan_in_its_block(policy, forward, backward, ba
     W = rm.asarray(np.random.default_rng(0).normal(size=(5, 5)).astype(np.float32) * 0.3)
     f = rm.value_and_grad(lambda W: rm.checkpoint(_three_dots_per_step, W, policy=policy))
     assert _block_counts(rm.make_graph(f)(W), "matmul", "sin", "cos") == [forward, backward]
-    plain = rm.value_and_grad(_three_dots_per_step)
-    for got, want in zip(run_on(backend, f, W), run_on(backend, plain, W)):
-        if backend == "numpy":
-            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-        else:
-            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+    _assert_plain_numbers(backend, f, _three_dots_per_step, W)
 
 
 def test_a_scan_under_the_default_policy_is_recomputed_whole():
@@ -445,12 +449,7 @@ def test_a_policy_reaches_into_a_cond_in_its_block(policy, backward, backend):
     f = rm.value_and_grad(lambda W: rm.checkpoint(_three_dots_in_a_branch, W, policy=policy))
     forward = (3, 3, 3 if policy is P.everything_saveable else 0)
     assert _block_counts(rm.make_graph(f)(W), "matmul", "sin", "cos") == [forward, backward]
-    plain = rm.value_and_grad(_three_dots_in_a_branch)
-    for got, want in zip(run_on(backend, f, W), run_on(backend, plain, W)):
-        if backend == "numpy":
-            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-        else:
-            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+    _assert_plain_numbers(backend, f, _three_dots_in_a_branch, W)
 
 
 @pytest.mark.parametrize("policy", [P.dots_saveable, P.everything_saveable])
