@@ -297,9 +297,9 @@ def test_vjp_and_jacrev_under_vmap_of_a_shared_input_are_per_entry(how):
 
 
 def test_eager_jacrev_of_a_scan_holding_a_checkpoint_matches_jit():
-    """jacrev outside jit vmaps the eager VJP's backward over the cotangents; run op by op it
-    gave other numbers than the traced backward (a checkpoint of a loop-invariant value in a
-    scan with a nonlinear carry: fuzz seed 6976). It now runs as one traced program."""
+    """jacrev outside jit vmaps the eager VJP's backward over the cotangents; run op by op, a
+    checkpoint block in it wrote into an array it did not own (fuzz seed 6976; see
+    test_jit.py::test_a_block_bound_eagerly_never_writes_into_the_callers_array)."""
     x = np.array([[-0.16, -0.81, -0.47], [0.55, -1.41, 0.64], [1.24, -0.85, 1.17]])
     c0 = np.array([0.3, -0.2])
 

@@ -121,6 +121,28 @@ def test_a_run_keeps_counts_not_a_list_per_node_unless_profiled():
     assert len(rm.memory.profile(f, x, grad=False).timeline) > 0
 
 
+@pytest.mark.parametrize("block", ["checkpoint", "custom_vjp"])
+def test_a_block_bound_eagerly_never_writes_into_the_callers_array(block):
+    """A block node run on its own (a graph emitted eagerly: the eager VJP's backward under vmap
+    did) counted its operands as its own buffers, and its body's first elementwise op wrote its
+    result into the caller's array (fuzz seeds 6976, 9044: wrong values after it)."""
+    from remat.autodiff import emit
+    from remat.trace import Tensor
+
+    body = lambda h: rm.sin(h) * 2.0  # noqa: E731
+    if block == "checkpoint":
+        f = lambda x: rm.checkpoint(body, x)  # noqa: E731
+    else:
+        f = rm.custom_vjp(body)
+        f.defvjp(lambda h: (body(h), h), lambda h, g: (g * 2.0 * rm.cos(h),))
+    arr = np.array([0.5, 1.0, 2.0])
+    graph = rm.make_graph(f)(arr)
+    assert [n.op for n in graph.nodes] == [block]
+    (out,) = emit(graph, [Tensor._concrete(arr)])
+    np.testing.assert_array_equal(arr, [0.5, 1.0, 2.0])
+    np.testing.assert_allclose(np.asarray(out), np.sin(arr) * 2.0)
+
+
 def test_elementwise_ops_reuse_dying_buffers_but_not_shared_ones():
     x = rm.ones((256,))
 

@@ -235,7 +235,7 @@ def _eager_vjp(fn, primals, has_aux, memory_budget=None, strategy=None):
         if current_trace() is None and all(c.is_concrete and not c._vaxes for c in cts):
             run = backends.get("numpy").compile(backward)
             raw = [Tensor._concrete(g) for g in run(*residuals, *[c._value for c in cts])]
-        elif current_trace() is None:  # vmapped over the cotangents (jacrev): one traced program
+        elif current_trace() is None:  # vmapped over the cotangents (jacrev): one program, as jit runs it
             from remat.jit import call_traced
 
             raw = call_traced(lambda r, c: emit(backward, [*r, *c]), ([Tensor._concrete(r) for r in residuals], cts))

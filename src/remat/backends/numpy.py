@@ -71,10 +71,12 @@ def _random_fold_in(key, data):
 
 
 def _block(*args, body, memory=None, **_):  # the other params are for the VJP rule
+    if memory is None:  # run on its own (an op bound eagerly): the operands are the caller's
+        return tuple(run(body, args, Memory.of_caller(args)))
     outs = run(body, args, memory)
-    if memory is not None:  # `run` holds the body's outputs; the caller holds them from here on
-        for v in dict.fromkeys(body.outputs):  # once per Var: a custom_vjp may output a value twice
-            memory.release(outs[body.outputs.index(v)])
+    # `run` holds the body's outputs; the caller holds them from here on
+    for v in dict.fromkeys(body.outputs):  # once per Var: a custom_vjp may output a value twice
+        memory.release(outs[body.outputs.index(v)])
     return tuple(outs)
 
 
@@ -172,6 +174,16 @@ class Memory:
         self._refs: dict[int, list] = {}  # id(base) -> [base, nbytes, refcount]
         self._external: set[int] = set()
         self.timeline: list[int] = []  # the live bytes at each mark, when a profiler records them
+
+    @classmethod
+    def of_caller(cls, arrays) -> Memory:
+        """The counter of a block run on its own (bound eagerly): `arrays`, its operands, are the
+        caller's, so no op of its body writes into them. (A checkpoint bound eagerly counted them
+        as its own, and its body's first elementwise op overwrote the caller's array.)"""
+        memory = cls()
+        for a in arrays:
+            memory.external(a)
+        return memory
 
     @staticmethod
     def _base(a: np.ndarray) -> np.ndarray:

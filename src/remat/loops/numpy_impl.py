@@ -16,12 +16,7 @@ def _memory(memory, args):
     the caller's, so that no op of the body overwrites them in place."""
     from remat.backends.numpy import Memory
 
-    if memory is not None:
-        return memory
-    memory = Memory()
-    for a in args:
-        memory.external(a)
-    return memory
+    return memory if memory is not None else Memory.of_caller(args)
 
 
 def _release(memory, arrays) -> None:
