@@ -54,8 +54,9 @@ def _chunks(profile: range, chunk: int, *marks):
 #: whose policy reached into its loop (a step checkpointed as one block tied primal to tangent);
 #: 6761: jvp through a checkpoint saving everything around a while_loop ran the loop's refused
 #: gradient in the forward pass (it read only primal values, so the policy could save it);
-#: 6976: eager jacrev through a scan holding a checkpoint (the eager backward under vmap).
-FIXED = [195, 454, 1509, 1743, 2729, 3167, 5115, 6761, 6976]
+#: 6976, 9044: eager jacrev emitted its backward under vmap, and a checkpoint bound eagerly wrote
+#: into the program's input arrays (wrong values in every later mode).
+FIXED = [195, 454, 1509, 1743, 2729, 3167, 5115, 6761, 6976, 9044]
 
 
 def _profile():
