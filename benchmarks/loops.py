@@ -83,9 +83,8 @@ def numpy_peak(model: str, name: str, size: dict) -> dict:
     loss, _ = compiled(*args)
     _, seen = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    timeline = compiled.last_memory.timeline  # one entry per node run, loop steps included
     return {"model": model, "schedule": name, "evaluator": compiled.last_memory.peak, "tracemalloc": seen,
-            "loss": float(loss), "timeline": sys.getsizeof(timeline) + sum(map(sys.getsizeof, timeline))}
+            "loss": float(loss)}
 
 
 def xla_peak(model: str, name: str, size: dict) -> dict:

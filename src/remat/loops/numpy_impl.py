@@ -180,8 +180,9 @@ class _Binomial:
 
         do = {revolve.ADVANCE: self.advance_, revolve.TAKESHOT: self.takeshot, revolve.RESTORE: self.restore,
               revolve.FETCH: lambda slot: self.restore(slot, keep=False), revolve.YOUTURN: self.youturn}
-        for kind, slot in table.tolist():
-            do[kind](slot)
+        for start in range(0, len(table), _ROWS):  # a few rows as Python ints at a time, not T log T
+            for kind, slot in table[start : start + _ROWS].tolist():
+                do[kind](slot)
         _release(self.memory, self.current)
         for kept in self.slots.values():
             _release(self.memory, kept)
@@ -189,6 +190,9 @@ class _Binomial:
         out = (*self.ct, *self.ct_xs, *self.sums)
         _release(self.memory, out)  # the caller holds them from here on
         return out
+
+
+_ROWS = 256  # rows of a binomial schedule turned into Python ints at once
 
 
 def _cut(args, sizes: list[int]) -> list[list]:
