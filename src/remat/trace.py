@@ -192,7 +192,6 @@ class outer_reads:
 _OUTER_READS: ContextVar[outer_reads | None] = ContextVar("remat_outer_reads", default=None)
 
 
-
 def abstract_eval(op: Op, avals, params: dict, source: str | None):
     """Run `op`'s shape rule, turning its complaint into an error that names the op and the line."""
     try:
