@@ -16,7 +16,7 @@ from remat.bench import config, impl_jax
 from remat.models import gpt_loss, residual_mlp_loss
 
 
-def _close(actual, expected, rtol=1e-5, atol=1e-6):
+def _assert_close(actual, expected, rtol=1e-5, atol=1e-6):
     for a, e in zip(jax.tree_util.tree_leaves(rm.tree.map(np.asarray, actual)), jax.tree_util.tree_leaves(expected)):
         assert np.shape(a) == np.shape(e)
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=rtol, atol=atol)
@@ -47,7 +47,7 @@ def test_pytree_map_against_jax(name, argnums, backend):
     ours = rm.jit(getattr(rm, name)(_map, argnums=argnums), backend=backend)(_rm_p(), rm.asarray(Z))
     theirs = getattr(jax, name)(_jmap, argnums=argnums)(P, Z)
     assert jax.tree_util.tree_structure(rm.tree.map(np.asarray, ours)) == jax.tree_util.tree_structure(theirs)
-    _close(ours, theirs)
+    _assert_close(ours, theirs)
 
 
 def test_has_aux_and_eager():
@@ -58,7 +58,7 @@ def test_has_aux_and_eager():
     np.testing.assert_allclose(np.asarray(jac), np.diag(np.cos([0.1, 0.2])), rtol=1e-6)
     assert float(aux["n"]) == pytest.approx(0.3)
     jac_f, aux_f = rm.jacfwd(f, has_aux=True)(rm.asarray([0.1, 0.2]))
-    _close(jac_f, np.asarray(jac))
+    _assert_close(jac_f, np.asarray(jac))
 
 
 def test_hessian_of_pytree_argument():
@@ -68,7 +68,7 @@ def test_hessian_of_pytree_argument():
     def jf(p):
         return jnp.sum(jnp.sin(p["a"])) * jnp.sum(p["b"] ** 2.0)
 
-    _close(rm.hessian(f)(_rm_p()), jax.hessian(jf)(P))
+    _assert_close(rm.hessian(f)(_rm_p()), jax.hessian(jf)(P))
 
 
 # ---------------------------------------------------------------- the residual MLP
@@ -122,7 +122,7 @@ def test_mlp_jacobians_against_jax(plan, policy, backend):
     expected = jax.jacrev(_jax_mlp_out, argnums=1)(jparams, jx)
     for name in ("jacfwd", "jacrev"):
         got = rm.jit(getattr(rm, name)(fn, argnums=1), backend=backend)(params, x)
-        _close(got, expected, 1e-4, 1e-5)
+        _assert_close(got, expected, 1e-4, 1e-5)
 
 
 @pytest.mark.parametrize("plan,policy", PLANS, ids=PLAN_IDS)
@@ -137,7 +137,7 @@ def test_mlp_hessian_against_jax(plan, policy, backend):
     expected = jax.hessian(lambda x: jnp.mean(_jax_mlp_out(jparams, x) ** 2))(jx)
     got = rm.jit(rm.hessian(loss), backend=backend)(x, params)
     assert got.shape == (2, 5, 2, 5)
-    _close(got, expected, 1e-4, 1e-6)
+    _assert_close(got, expected, 1e-4, 1e-6)
 
 
 def test_mlp_hessian_with_respect_to_weights_through_captures(backend):
@@ -154,7 +154,7 @@ def test_mlp_hessian_with_respect_to_weights_through_captures(backend):
     v = rm.asarray(np.random.default_rng(0).normal(size=(5, 5)).astype("float32"))
     hvp = rm.jit(lambda w, v: rm.jvp(rm.grad(loss), (w,), (v,))[1], backend=backend)(w0, v)
     expected = jax.jvp(jax.grad(jloss), (jparams[0][0],), (np.asarray(v),))[1]
-    _close(hvp, expected, 1e-4, 1e-6)
+    _assert_close(hvp, expected, 1e-4, 1e-6)
 
 
 # ---------------------------------------------------------------- the GPT-style model
@@ -187,7 +187,7 @@ def test_gpt_hessian_vector_product_against_jax(plan, backend):
         return gpt_loss(p, data, plan, GPT.heads)
 
     hvp = rm.jit(lambda p, v: rm.jvp(rm.grad(loss), (p,), (v,))[1], backend=backend)(rm.tree.map(rm.asarray, params), v)
-    _close(hvp, _jax_gpt_hvp(plan), 2e-3, 2e-5)
+    _assert_close(hvp, _jax_gpt_hvp(plan), 2e-3, 2e-5)
 
 
 # ---------------------------------------------------------------- loops
@@ -214,7 +214,7 @@ def test_jacobians_through_cond_and_scan_under_jit(name, backend):
     else:
         got = rm.jit(getattr(rm, name)(_rm_loops), backend=backend)(x)
         expected = getattr(jax, name)(_jax_loops)(x)
-    _close(got, expected, 1e-5, 1e-6)
+    _assert_close(got, expected, 1e-5, 1e-6)
 
 
 # ---------------------------------------------------------------- the binomial gradient under vmap
@@ -235,9 +235,9 @@ def test_jacrev_through_a_binomial_scan_matches_jax(backend):
     got = rm.jit(rm.jacrev(_binomial_scan, argnums=(0, 1)), backend=backend)(x, w)
     want = jax.jacrev(_jax_scan, argnums=(0, 1))(x, w)
     for g, e in zip(rm.tree.leaves(got), jax.tree.leaves(want), strict=True):
-        _close(g, e, 2e-5, 1e-6)
+        _assert_close(g, e, 2e-5, 1e-6)
     eager = rm.jacrev(lambda x: _binomial_scan(x, rm.asarray(w))[0])(rm.asarray(x))
-    _close(eager, jax.jacrev(lambda x: _jax_scan(x, w)[0])(x), 2e-5, 1e-6)
+    _assert_close(eager, jax.jacrev(lambda x: _jax_scan(x, w)[0])(x), 2e-5, 1e-6)
 
 
 def test_per_example_gradients_through_a_binomial_scan_under_two_vmaps():
@@ -248,7 +248,7 @@ def test_per_example_gradients_through_a_binomial_scan_under_two_vmaps():
     jloss = lambda x, w: jnp.sum(_jax_scan(x, w)[0] ** 2)  # noqa: E731
     want = jax.vmap(jax.vmap(jax.grad(jloss, argnums=1), in_axes=(0, None)), in_axes=(0, None))(xs, w)
     assert got.shape == (2, 3, 4)
-    _close(got, want, 2e-5, 1e-6)
+    _assert_close(got, want, 2e-5, 1e-6)
 
 
 def _binomial_in_segments(np_, scan, outer_kw, inner_kw):
@@ -272,7 +272,7 @@ def test_jacrev_through_a_binomial_scan_inside_a_segments_scan_matches_jax(backe
     xs = np.linspace(-1, 1, 8).reshape(4, 2).astype(np.float32)
     got = rm.jit(rm.jacrev(f, argnums=(0, 1)), backend=backend)(c0, xs)
     for g, e in zip(rm.tree.leaves(got), jax.tree.leaves(jax.jacrev(jf, argnums=(0, 1))(c0, xs)), strict=True):
-        _close(g, e, 2e-5, 1e-6)
+        _assert_close(g, e, 2e-5, 1e-6)
 
 
 def test_hessian_through_a_binomial_scan_is_a_clear_error():
@@ -291,9 +291,9 @@ def test_vjp_and_jacrev_under_vmap_of_a_shared_input_are_per_entry(how):
     got = run(rm.vmap(rm.jacrev(f, 1), in_axes=(0, None)))(xs, w)
     want = jax.vmap(jax.jacrev(jf, 1), in_axes=(0, None))(xs, w)
     assert got.shape == (3, 1, 4)
-    _close(got, want, 1e-6, 1e-7)
+    _assert_close(got, want, 1e-6, 1e-7)
     back = run(rm.vmap(lambda a, w: rm.vjp(lambda w: f(a, w), w)[1](rm.asarray(2.0))[0], in_axes=(0, None)))(xs, w)
-    _close(back, 2 * want, 1e-6, 1e-7)
+    _assert_close(back, 2 * want, 1e-6, 1e-7)
 
 
 def test_eager_jacrev_of_a_scan_holding_a_checkpoint_matches_jit():

@@ -235,11 +235,7 @@ def _eager_vjp(fn, primals, has_aux, memory_budget=None, strategy=None):
         if current_trace() is None and all(c.is_concrete and not c._vaxes for c in cts):
             run = backends.get("numpy").compile(backward)
             raw = [Tensor._concrete(g) for g in run(*residuals, *[c._value for c in cts])]
-        elif current_trace() is None:  # vmapped over the cotangents (jacrev): one program, as jit runs it
-            from remat.jit import call_traced
-
-            raw = call_traced(lambda r, c: emit(backward, [*r, *c]), ([Tensor._concrete(r) for r in residuals], cts))
-        else:  # traced: the backward's ops, bound as they come
+        else:  # traced, or vmapped over the cotangents: the backward's ops, bound as they come
             raw = emit(backward, [Tensor._concrete(r) for r in residuals] + cts)
         return tree.unflatten(in_tree, [from_raw_layout(g, v) for g, v in zip(raw, in_vaxes)])
 

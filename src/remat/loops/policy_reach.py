@@ -26,7 +26,10 @@ from collections.abc import Callable
 import numpy as np
 
 from remat import dtypes
+from remat.autodiff import emit
+from remat.checkpoint import checkpoint
 from remat.graph import Graph, Node, Var
+from remat.loops.scan_vjp import split
 from remat.ops.shape import broadcast_to
 from remat.trace import Tensor, asarray, new_trace
 
@@ -59,10 +62,6 @@ def offered(node: Node, reached: dict[int, int]) -> tuple[Var, ...]:
 
 
 def _stepped(node: Node, policy: Callable) -> Node:
-    from remat.autodiff import emit
-    from remat.checkpoint import checkpoint
-    from remat.loops.scan_vjp import split
-
     p = node.params
     step, nc, nx = p["body"], p["num_carry"], p["num_xs"]
     with new_trace("scan step under a checkpoint policy") as t:
@@ -90,9 +89,6 @@ def _blocked(branch: Graph, policy: Callable, slots: list[tuple] | None = None, 
     """`branch` as a checkpoint block under `policy` over all its inputs: the types of the block's
     residuals, or (given `slots`) the branch outputting them from slot `first` on, zeros in the
     other slots."""
-    from remat.autodiff import emit
-    from remat.checkpoint import checkpoint
-
     with new_trace("branch under a checkpoint policy") as t:
         ins = [t.new_input(v.shape, v.dtype) for v in branch.inputs]
         outs = checkpoint(lambda *xs: emit(branch, list(xs)), *ins, policy=policy)
