@@ -88,3 +88,59 @@ def test_a_jitted_function_keeps_one_program_per_mode():
     with rm.enable_x64():
         assert f(2.0).dtype == np.float64
     assert f(2.0).dtype == np.float32
+
+
+BF16 = np.asarray([1.5, -2.0, 0.25], "bfloat16")
+F32 = np.asarray([1.5, -2.0, 0.25], "float32")
+
+
+@pytest.mark.parametrize("scalar, other", [(2.0, BF16), (3, np.float16([1.0, 2.0])), (2.0, np.int32([1, 2]))],
+                         ids=["float*bfloat16", "int*float16", "float*int32"])
+def test_python_numbers_passed_to_a_jitted_function_stay_weak(scalar, other, backend):
+    """`jit(f)(2.0, x_bf16)` computes in bfloat16, as JAX's: the number is a weakly typed input,
+    not a float32 one (remat gave float32)."""
+    f = lambda s, x: rm.sin(s) * x + s  # noqa: E731  (weakness survives ops on weak inputs alone)
+    want = jax.jit(lambda s, x: jnp.sin(s) * x + s)(scalar, other)
+    got = rm.jit(f, backend=backend)(scalar, other)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(got, "float64"), np.asarray(want, "float64"))
+
+
+def test_what_weak_inputs_alone_compute_is_weak_and_a_dtype_asked_for_is_strong(backend):
+    double = rm.jit(lambda s: s * 2, backend=backend)
+    assert double(3.0).weak_type and jax.jit(lambda s: s * 2)(3.0).weak_type
+    assert (double(3.0) * BF16).dtype == np.dtype("bfloat16")  # a weak result meets a strong tensor
+    strong = rm.jit(lambda s, x: s.astype("float32") * x, backend=backend)(3.0, BF16)
+    assert strong.dtype == jax.jit(lambda s, x: s.astype("float32") * x)(3.0, BF16).dtype == np.float32
+    assert not rm.asarray(3.0).weak_type  # remat's asarray of a number is strong (docs/semantics.md)
+
+
+def test_a_python_number_and_a_numpy_scalar_trace_apart():
+    f = rm.jit(lambda s, x: s * x)
+    assert f(2.0, BF16).dtype == np.dtype("bfloat16")
+    assert f(np.float32(2.0), BF16).dtype == np.float32 == jax.jit(lambda s, x: s * x)(np.float32(2.0), BF16).dtype
+    assert f(2.0, BF16).dtype == np.dtype("bfloat16")
+
+
+def test_weak_arguments_in_x64_mode_take_the_dtype_they_meet():
+    """Under x64 a Python number is a weak float64: `2.0 * x_f32` stays float32 (remat made it
+    float64), through grad, vjp and jvp as through jit."""
+    f = lambda s, x: (s * x).sum()  # noqa: E731
+    with rm.enable_x64(), jax.enable_x64(True):
+        assert rm.jit(lambda s, x: s * x)(2.0, F32).dtype == np.float32 == jax.jit(lambda s, x: s * x)(2.0, F32).dtype
+        g = rm.grad(f)(2.0, F32)
+        want = jax.grad(f)(2.0, F32)
+        assert g.dtype == want.dtype == np.float64 and float(g) == float(want)
+        y, back = rm.vjp(lambda s, x: s * x, 2.0, F32)
+        assert y.dtype == np.float32 and back(np.ones(3, "float32"))[0].dtype == np.float64
+        y, t = rm.jvp(lambda s, x: s * x, (2.0, F32), (1.0, F32))
+        assert y.dtype == t.dtype == np.float32
+        np.testing.assert_array_equal(np.asarray(t), 2 * F32 + F32)
+
+
+def test_a_loop_started_from_a_weak_argument_takes_the_dtype_of_its_body(backend):
+    step = lambda c, x: (c + x, c)  # noqa: E731
+    carry, ys = rm.jit(lambda c0, xs: rm.scan(step, c0, xs), backend=backend)(0.0, BF16)
+    want_c, want_ys = jax.jit(lambda c0, xs: jax.lax.scan(step, c0, xs))(0.0, BF16)
+    assert carry.dtype == ys.dtype == want_c.dtype == np.dtype("bfloat16")
+    np.testing.assert_array_equal(np.asarray(ys, "float32"), np.asarray(want_ys, "float32"))

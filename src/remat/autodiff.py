@@ -19,7 +19,7 @@ from remat.graph import Graph, Node, Var
 from remat.jit import call_traced
 from remat.ops.core import OPS
 from remat.planner import budget
-from remat.trace import Tensor, asarray, bind, current_trace, new_trace, trace_function
+from remat.trace import Tensor, argument, asarray, bind, current_trace, new_trace, trace_function
 from remat.vectorize import align_to, cotangent_layout, from_raw_layout
 
 
@@ -159,7 +159,7 @@ def vjp(fn: Callable, *primals, has_aux: bool = False, memory_budget=None, strat
     if current_trace() is None:
         return _eager_vjp(fn, primals, has_aux, memory_budget, strategy)
     flat, in_tree = tree.flatten(primals)
-    inputs = [asarray(x) for x in flat]
+    inputs = [argument(x) for x in flat]
     for x in inputs:
         if not dtypes.is_float(x.dtype):
             raise DTypeError(f"vjp: cannot differentiate with respect to a {x.dtype} input; "
@@ -209,9 +209,9 @@ def _eager_vjp(fn, primals, has_aux, memory_budget=None, strategy=None):
     reads (its residuals); `vjp_fn` runs the backward alone on them, so no forward op runs twice.
     Both halves come from one trace, made for cotangents shaped like the outputs."""
     flat, in_tree = tree.flatten(primals)
-    tensors = [asarray(x) for x in flat]
+    tensors = [argument(x) for x in flat]
     with new_trace(f"vjp({callable_name(fn)})") as t:
-        inputs = [t.new_input(x._full_shape, x.dtype)._relabel(x._vaxes) for x in tensors]
+        inputs = [t.new_input(x._full_shape, x.dtype)._alias(x._vaxes, x._weak) for x in tensors]
         out, back, *aux = vjp(fn, *tree.unflatten(in_tree, inputs), has_aux=has_aux, memory_budget=memory_budget,
                               strategy=strategy)
         n_forward = len(t.nodes)

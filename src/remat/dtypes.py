@@ -186,6 +186,8 @@ def scalar_dtype(value) -> np.dtype:
         return default_int()
     if isinstance(value, (float, np.floating)):
         return default_float()
+    if getattr(value, "weak_type", False) is True:  # a tensor that was a Python number
+        return np.dtype(value.dtype)
     raise DTypeError(f"expected a Python number, got {type(value).__name__}")
 
 
@@ -196,7 +198,8 @@ def is_weak(value) -> bool:
 
 
 def weak_result_type(strong: np.dtype, scalar) -> np.dtype:
-    """The dtype of a tensor of dtype `strong` combined with a weak Python scalar."""
+    """The dtype of a tensor of dtype `strong` combined with a weak Python scalar (or a weakly
+    typed tensor: its kind counts, not its width)."""
     weak = scalar_dtype(scalar)
     if _rank(weak) <= _rank(strong):
         return strong

@@ -23,7 +23,7 @@ from remat import argcheck, dtypes, tree
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Node, Var
 from remat.ops.core import OPS, BlockJVP
-from remat.trace import Tensor, asarray, bind, current_trace, trace_function
+from remat.trace import Tensor, argument, asarray, bind, current_trace, trace_function
 
 # ---------------------------------------------------------------- the interpreter
 
@@ -99,7 +99,7 @@ def _leaf(where: str, x, path: str) -> Tensor:
             or _is_device(x)):
         raise ArgumentTypeError(f"{where}: {path} is {argcheck.describe(x)}, not a tensor; primals and tangents "
                                 "are pytrees of tensors")
-    return asarray(x)
+    return argument(x)
 
 
 def _is_device(x) -> bool:

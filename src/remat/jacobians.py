@@ -15,7 +15,7 @@ import numpy as np
 
 from remat import argcheck, dtypes, tree
 from remat.errors import ArgumentTypeError, DTypeError, callable_name
-from remat.trace import Tensor, asarray, is_tensor_like
+from remat.trace import Tensor, argument, asarray, is_tensor_like
 
 
 def jacfwd(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
@@ -121,7 +121,7 @@ def _columns(partial: Callable, diff: tuple, single: bool):
     from remat.vectorize import vmap
 
     leaves, in_tree = tree.flatten(diff[0] if single else diff)
-    leaves = [asarray(x) for x in leaves]
+    leaves = [argument(x) for x in leaves]
     basis = _basis(leaves)
 
     def column(*t_leaves):

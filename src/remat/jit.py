@@ -31,6 +31,7 @@ from remat.planner.target import running_on as planned_for
 from remat.trace import (
     Tensor,
     Traced,
+    argument,
     asarray,
     check_argument_leaf,
     current_trace,
@@ -46,13 +47,14 @@ def _signature(leaves) -> tuple:
 
 
 def _leaf_signature(x) -> tuple:
-    """(shape, dtype, vectorized axes) of an argument leaf. An array of a supported dtype is
-    read as it is: making a Tensor of every leaf on every call cost more than XLA's own call."""
+    """(shape, dtype, vectorized axes, weakly typed) of an argument leaf. An array of a supported
+    dtype is read as it is: making a Tensor of every leaf on every call cost more than XLA's own
+    call. A Python number is weakly typed (`2.0` and `np.float32(2.0)` trace apart, as in JAX)."""
     if (type(x) is np.ndarray or is_device_array(x)) and dtypes.is_supported(x.dtype):
-        return x.shape, x.dtype, ()
+        return x.shape, x.dtype, (), False
     check_argument_leaf(x)
-    t = asarray(x)
-    return t.shape, t.dtype, t.vectorized_axes
+    t = argument(x)
+    return t.shape, t.dtype, t.vectorized_axes, t.weak_type
 
 
 def _typed(value):
@@ -148,16 +150,15 @@ def _matches(leaves, signature: tuple) -> bool:
     return all(is_tensor_like(x) for x in leaves) and _signature(leaves) == signature
 
 
-def _entry_text(shape, dtype, vaxes) -> str:
-    text = type_str(shape, dtype)
+def _entry_text(shape, dtype, vaxes, weak: bool = False) -> str:
+    text = ("weak " if weak else "") + type_str(shape, dtype)
     return text + "{" + ",".join(f"{n}:{k}" for n, k in vaxes) + "}" if vaxes else text
 
 
 def _leaf_text(x) -> str:
     if not is_tensor_like(x):
         return type(x).__name__
-    t = asarray(x)
-    return _entry_text(t.shape, t.dtype, t.vectorized_axes)
+    return _entry_text(*_leaf_signature(x))
 
 
 def _call_text(treedef: tree.TreeDef, texts: list[str]) -> str:
@@ -302,7 +303,7 @@ class Jitted:
             return None, None
         leaves = tree.leaves((dynamic, kwargs))
         mesh = self.shardings.mesh(leaves)
-        shapes = [tuple(k for _, k in vaxes) + shape for shape, _, vaxes in signature]
+        shapes = [tuple(k for _, k in vaxes) + shape for shape, _, vaxes, _ in signature]
         ins = self.shardings.inputs(self._dynamic_names(len(dynamic)), dynamic, kwargs, shapes, leaves, mesh)
         if all(s is None for s in ins) and self.shardings.given_out is None:
             return mesh, None

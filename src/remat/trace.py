@@ -214,12 +214,15 @@ def bind(op: Op, *args, **params):
     if any(t._vaxes for t in tensors):
         from remat.vectorize import bind_vectorized
 
-        return bind_vectorized(op, tensors, params)
-    trace = current_trace()
-    if trace is not None:
-        outs = trace.add_node(op, tensors, params)
+        result = bind_vectorized(op, tensors, params)
+        if not (tensors and all(t._weak for t in tensors)):
+            return result
+        outs = list(result) if op.multiple_results else [result]
     else:
-        outs = _eager(op, tensors, params)
+        trace = current_trace()
+        outs = trace.add_node(op, tensors, params) if trace is not None else _eager(op, tensors, params)
+    if tensors and all(t._weak for t in tensors):  # computed from weak tensors alone: weak too, as in JAX
+        outs = [o._weakly_typed() if o.dtype == tensors[0].dtype else o for o in outs]
     return tuple(outs) if op.multiple_results else outs[0]
 
 
@@ -242,20 +245,20 @@ def _eager(op: Op, tensors: list[Tensor], params: dict) -> list[Tensor]:
 class Tensor:
     """An n-dimensional array: concrete (a NumPy array) or traced (a Var being recorded)."""
 
-    __slots__ = ("_value", "_trace", "_var", "_vaxes")
+    __slots__ = ("_value", "_trace", "_var", "_vaxes", "_weak")
     __array_priority__ = 100  # so `np_array + tensor` comes to Tensor.__radd__
     __hash__ = None  # type: ignore[assignment]  # == builds a tensor, as in NumPy
 
     @classmethod
     def _concrete(cls, value: np.ndarray, vaxes: tuple = ()) -> Tensor:
         t = object.__new__(cls)
-        t._value, t._trace, t._var, t._vaxes = value, None, None, vaxes
+        t._value, t._trace, t._var, t._vaxes, t._weak = value, None, None, vaxes, False
         return t
 
     @classmethod
     def _traced(cls, trace: Trace, var: Var, vaxes: tuple = ()) -> Tensor:
         t = object.__new__(cls)
-        t._value, t._trace, t._var, t._vaxes = None, trace, var, vaxes
+        t._value, t._trace, t._var, t._vaxes, t._weak = None, trace, var, vaxes, False
         return t
 
     def _raw(self) -> Tensor:
@@ -265,26 +268,38 @@ class Tensor:
             reads.note(self)
         if not self._vaxes:
             return self
-        return Tensor._concrete(self._value) if self._trace is None else Tensor._traced(self._trace, self._var)
+        return self._alias((), self._weak)
 
     def _relabel(self, vaxes: tuple) -> Tensor:
         """The same storage seen with the leading `vaxes` vectorized."""
         reads = _OUTER_READS.get()
         if reads is not None:
             reads.note(self)
+        return self._alias(vaxes, self._weak)
+
+    def _weakly_typed(self, weak: bool = True) -> Tensor:
+        """This tensor weakly typed (or strongly: `weak=False`), as JAX types a Python number:
+        it takes the dtype of the tensors it meets (see `dtypes.weak_result_type`)."""
+        return self if self._weak == weak else self._alias(self._vaxes, weak)
+
+    def _alias(self, vaxes: tuple, weak: bool) -> Tensor:
         if self._trace is None:
-            return Tensor._concrete(self._value, vaxes)
-        return Tensor._traced(self._trace, self._var, vaxes)
+            t = Tensor._concrete(self._value, vaxes)
+        else:
+            t = Tensor._traced(self._trace, self._var, vaxes)
+        t._weak = weak
+        return t
 
     def _stand_in(self, other: Tensor) -> tuple:
         """Make this object `other` until `_restore(state)` with the state returned: code that
         holds it (a closure) then reads `other`."""
-        state = (self._value, self._trace, self._var, self._vaxes)
-        self._value, self._trace, self._var, self._vaxes = other._value, other._trace, other._var, other._vaxes
+        state = (self._value, self._trace, self._var, self._vaxes, self._weak)
+        self._value, self._trace, self._var, self._vaxes, self._weak = (
+            other._value, other._trace, other._var, other._vaxes, other._weak)
         return state
 
     def _restore(self, state: tuple) -> None:
-        self._value, self._trace, self._var, self._vaxes = state
+        self._value, self._trace, self._var, self._vaxes, self._weak = state
 
     @property
     def is_concrete(self) -> bool:
@@ -307,6 +322,14 @@ class Tensor:
     @property
     def dtype(self) -> np.dtype:
         return self._value.dtype if self._trace is None else self._var.dtype
+
+    @property
+    def weak_type(self) -> bool:
+        """Whether the dtype is weak, as JAX's `weak_type`: a Python number passed to a traced
+        function (`rm.jit`, `rm.grad`, ...) is a weakly typed tensor there, and what is computed
+        from weak tensors alone stays weak; meeting a tensor of a strong dtype, it takes that dtype
+        (`2.0 * bfloat16` is bfloat16)."""
+        return self._weak
 
     @property
     def ndim(self) -> int:
@@ -573,8 +596,10 @@ def asarray(x, dtype=None) -> Tensor:
     remat.errors.ValueOverflow: asarray: the Python int 1099511627776 does not fit int32; pass dtype="int64"...
     """
     if isinstance(x, Tensor):
-        if dtype is None or x.dtype == dtypes.canonical(dtype, "asarray"):
+        if dtype is None:
             return x
+        if x.dtype == dtypes.canonical(dtype, "asarray"):
+            return x._weakly_typed(False)  # a dtype asked for is strong
         if x.is_concrete and not x._vaxes and not dtypes.can_hold(x.dtype, np.dtype(dtype)):
             values.convert(np.asarray(x._value), np.dtype(dtype), "asarray")  # only to check the values fit
         return _ops.astype(x, dtype)
@@ -587,6 +612,17 @@ def asarray(x, dtype=None) -> Tensor:
     return Tensor._concrete(_frozen_copy(values.array(x, dtype), x))
 
 
+def argument(x) -> Tensor:
+    """An argument of a traced function (`rm.jit`, `rm.grad`, ...) as a tensor: a Python number
+    is weakly typed there, as in JAX, so `jit(f)(2.0, x_bf16)` computes in bfloat16."""
+    return asarray(x)._weakly_typed() if dtypes.is_weak(x) else asarray(x)
+
+
+def is_weak(x) -> bool:
+    """A Python number or a weakly typed tensor: it takes the dtype of the strong tensors it meets."""
+    return dtypes.is_weak(x) or isinstance(x, Tensor) and x._weak
+
+
 def _holds_tensor(x: list | tuple) -> bool:
     return any(isinstance(v, Tensor) or isinstance(v, (list, tuple)) and _holds_tensor(v) for v in x)
 
@@ -597,8 +633,9 @@ def _stacked(x: list | tuple, dtype) -> Tensor:
     level is stacked, so traced entries stay traced and their gradients flow."""
     if dtype is None:
         leaves = list(_nested_leaves(x))
-        dtype = dtypes.result_type(*(asarray(v).dtype for v in leaves if not dtypes.is_weak(v)))
-        for v in filter(dtypes.is_weak, leaves):
+        strong = [asarray(v).dtype for v in leaves if not is_weak(v)]
+        dtype = dtypes.result_type(*strong) if strong else dtypes.result_type(*map(dtypes.scalar_dtype, leaves))
+        for v in filter(is_weak, leaves):
             dtype = dtypes.weak_result_type(dtype, v)
     return _stacked_level(x, dtypes.canonical(dtype, "asarray"), type(x).__name__)
 
@@ -676,16 +713,18 @@ def make_graph(fn):
 
 class Traced(NamedTuple):
     """A traced function: its graph, the structure of its outputs, the parent-trace Vars it
-    captured (standing for its last inputs) and each output's vectorized axes."""
+    captured (standing for its last inputs), each output's vectorized axes and whether it is
+    weakly typed."""
 
     graph: Graph
     out_tree: tree.TreeDef
     captured: list[Var]
     out_vaxes: list[tuple]
+    out_weak: list[bool]
 
     def wrap_outputs(self, raw_outputs) -> Any:
         """Graph outputs (raw tensors) as the traced function's result."""
-        leaves = [t._relabel(v) for t, v in zip(raw_outputs, self.out_vaxes)]
+        leaves = [t._relabel(v)._weakly_typed(w) for t, v, w in zip(raw_outputs, self.out_vaxes, self.out_weak)]
         return tree.unflatten(self.out_tree, leaves)
 
 
@@ -695,13 +734,13 @@ def trace_function(fn, args, name: str | None = None) -> Traced:
     for leaf in leaves:
         check_argument_leaf(leaf)
     with new_trace(name or getattr(fn, "__name__", "fn")) as t:
-        tensors = [asarray(x) for x in leaves]
-        inputs = [t.new_input(a._full_shape, a.dtype)._relabel(a._vaxes) for a in tensors]
+        tensors = [argument(x) for x in leaves]
+        inputs = [t.new_input(a._full_shape, a.dtype)._alias(a._vaxes, a._weak) for a in tensors]
         out = fn(*tree.unflatten(treedef, inputs))
         out_leaves, out_tree = tree.flatten(out)
         outs = [_output_tensor(x) for x in out_leaves]
         graph = t.to_graph(outs)
-    return Traced(graph, out_tree, t.captured, [o._vaxes for o in outs])
+    return Traced(graph, out_tree, t.captured, [o._vaxes for o in outs], [o._weak for o in outs])
 
 
 def _output_tensor(x) -> Tensor:

@@ -11,7 +11,7 @@ from remat import dtypes, tree
 from remat.argcheck import describe, leaf_paths
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name
 from remat.graph import Graph, Var
-from remat.trace import Tensor, asarray, is_tensor_like, trace_function
+from remat.trace import Tensor, asarray, is_tensor_like, is_weak, trace_function
 from remat.vectorize import _merge, align_to
 
 
@@ -32,10 +32,11 @@ def type_of(t: Tensor) -> str:
 
 
 def weak_leaves(value) -> dict[int, object]:
-    """The leaves of `value` that are Python numbers, by position. They are weakly typed, as in
-    JAX: a loop started from `0.0` takes the dtype its body gives that carry (float64 inputs
-    make a float64 carry) instead of failing on float32."""
-    return {i: x for i, x in enumerate(tree.leaves(value)) if dtypes.is_weak(x)}
+    """The leaves of `value` that are Python numbers (or weakly typed tensors: numbers passed to a
+    traced function), by position. They are weakly typed, as in JAX: a loop started from `0.0`
+    takes the dtype its body gives that carry (float64 inputs make a float64 carry) instead of
+    failing on float32."""
+    return {i: x for i, x in enumerate(tree.leaves(value)) if is_weak(x)}
 
 
 def check_like(loop: str, fn, what: str, got, ref, ref_tree: tree.TreeDef, ref_name: str,

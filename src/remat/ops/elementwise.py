@@ -13,7 +13,7 @@ import numpy as np
 from remat import dtypes, values
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError
 from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
-from remat.trace import Tensor, asarray, bind
+from remat.trace import Tensor, asarray, bind, is_weak
 
 # ---------------------------------------------------------------- shape/dtype rules
 
@@ -265,30 +265,35 @@ def _operand(x) -> Tensor | object:
 
 
 def promote(*args, what: str = "promote") -> list[Tensor]:
-    """Bring tensors and weak Python scalars to one dtype. A scalar that dtype cannot hold
-    (`int32_tensor + 2**40`, `float32_tensor * 1e300`) is a ValueOverflow of the op `what`, as
-    in JAX: the tensor is not widened to fit it."""
+    """Bring tensors and weak operands (Python scalars, weakly typed tensors) to one dtype. A
+    scalar that dtype cannot hold (`int32_tensor + 2**40`, `float32_tensor * 1e300`) is a
+    ValueOverflow of the op `what`, as in JAX: the tensor is not widened to fit it. Weak
+    operands alone give weak tensors."""
     ops = [_operand(a) for a in args]
-    strong = [o.dtype for o in ops if isinstance(o, Tensor)]
+    strong = [o.dtype for o in ops if not is_weak(o)]
     if strong:
         dtype = dtypes.result_type(*strong)
         for o in ops:
-            if not isinstance(o, Tensor):
+            if is_weak(o):
                 dtype = dtypes.weak_result_type(dtype, o)
         fix = values.CAST_OPERAND
     else:
         dtype = dtypes.result_type(*(dtypes.scalar_dtype(o) for o in ops))
         fix = 'make it a tensor first: rm.asarray(..., dtype="{dtype}")'
-    return [asarray(o, dtype) if isinstance(o, Tensor) else _weak(o, dtype, what, fix) for o in ops]
+    weak = not strong and any(isinstance(o, Tensor) for o in ops)  # a weak tensor's kind stays weak
+    return [_weak(o, dtype, what, fix, weak) if is_weak(o) else asarray(o, dtype) for o in ops]
 
 
-def _weak(scalar, dtype: np.dtype, what: str, fix: str) -> Tensor:
-    return Tensor._concrete(values.convert(np.asarray(scalar), dtype, what, fix, python=True))
+def _weak(operand, dtype: np.dtype, what: str, fix: str, weak: bool) -> Tensor:
+    if isinstance(operand, Tensor):
+        return (operand if operand.dtype == dtype else operand.astype(dtype))._weakly_typed(weak)
+    t = Tensor._concrete(values.convert(np.asarray(operand), dtype, what, fix, python=True))
+    return t._weakly_typed(weak)
 
 
 def _to_float(x) -> Tensor:
     x = asarray(x)
-    return x if dtypes.is_float(x.dtype) else x.astype(dtypes.DEFAULT_FLOAT)
+    return x if dtypes.is_float(x.dtype) else x.astype(dtypes.DEFAULT_FLOAT)._weakly_typed(x.weak_type)
 
 
 def _float_fn(op, name):
@@ -413,5 +418,5 @@ def astype(x, dtype) -> Tensor:
     x = asarray(x)
     dtype = dtypes.canonical(dtype, "astype")
     if x.dtype == dtype:
-        return x
+        return x._weakly_typed(False)  # a dtype asked for is strong, as in JAX
     return bind(_convert, x, dtype=dtype)
