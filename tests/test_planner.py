@@ -252,12 +252,57 @@ def test_infeasible_budget_names_the_smallest_that_works():
     with pytest.raises(ValueError, match=r"memory_budget: 1000 bytes is below the smallest peak this step can "
                                          r"reach, \d+ bytes \(0\.\d+ of its activation memory") as info:
         rm.grad(fn, memory_budget=1000, strategy="chain")(*args)
-    assert isinstance(info.value, rm.ArgumentValueError)
+    assert isinstance(info.value, rm.BudgetTooSmall) and isinstance(info.value, rm.ArgumentValueError)
     smallest = int(info.value.message.split("memory_budget=")[-1].split()[0])
+    assert info.value.smallest_budget == smallest
     fraction = float(info.value.message.split("(or ")[-1].rstrip(")"))
     for budget in (smallest, fraction):  # what the message offers works
         report = rm.memory.plan_report(fn, *args, memory_budget=budget, strategy="chain")
         assert report.predicted_peak <= report.budget_bytes
+
+
+def test_auto_meets_the_smallest_budget_the_error_names():
+    """The smallest budget is the most frugal plan's of any strategy; with strategy=None that
+    budget works (auto takes the most frugal plan when its own search finds none that fits), and
+    the error carries it as a number."""
+    fn, args = mlp(depth=16)
+    with pytest.raises(rm.BudgetTooSmall) as info:
+        rm.grad(fn, memory_budget=1000)(*args)
+    report = rm.memory.plan_report(fn, *args, memory_budget=info.value.smallest_budget)
+    assert report.predicted_peak <= report.budget_bytes == info.value.smallest_budget
+
+
+def test_pareto_is_the_plans_of_evenly_spaced_budgets_from_the_smallest_that_works():
+    fn, args = mlp(depth=8)
+    curve = rm.memory.pareto(fn, *args, points=5)
+    with pytest.raises(rm.BudgetTooSmall) as info:
+        rm.grad(fn, memory_budget=1000)(*args)
+    plain = rm.memory.plan_report(fn, *args, memory_budget=1.0)
+    assert curve.budgets[0] == info.value.smallest_budget and curve.budgets[-1] == plain.unplanned_peak
+    assert len(curve.budgets) == 5 and all(np.diff(curve.budgets) > 0)
+    assert all(p <= b for p, b in zip(curve.peaks, curve.budgets))
+    assert all(np.diff(curve.extra_time) <= 0) and curve.extra_time[0] > 0 == curve.extra_time[-1]
+    assert curve.reports[-1].strategy == "none" and {r.strategy for r in curve.reports[:-1]} <= {"chain", "milp"}
+    middle = curve.reports[2]  # each point is the plan rm.grad makes for its budget
+    assert rm.memory.plan_report(fn, *args, memory_budget=middle.budget_bytes).plan == middle.plan
+    measured = rm.memory.profile(fn, *args, memory_budget=middle.budget_bytes).peak_bytes + middle.base_bytes
+    assert measured == middle.predicted_peak
+    lines = str(curve).splitlines()
+    assert lines[1].split() == ["budget", "of", "activations", "predicted", "peak", "extra", "time", "extra", "FLOPs",
+                                "strategy"]
+    share = (curve.budgets[0] - plain.base_bytes) / (plain.unplanned_peak - plain.base_bytes)
+    assert len(lines) == 2 + 5 and lines[-1].split()[-1] == "none" and lines[2].split()[2] == f"{share:.2f}"
+
+
+def test_pareto_with_a_forced_strategy_leaves_out_what_it_cannot_meet():
+    fn, args = mlp(depth=16)
+    curve = rm.memory.pareto(fn, *args, points=6, strategy="sqrt")
+    full = rm.memory.pareto(fn, *args, points=6, strategy="chain")
+    assert len(full.reports) == 6 and 2 <= len(curve.reports) < 6  # segments reach less than the chain DP
+    assert curve.budgets[-len(curve.reports):] == full.budgets[-len(curve.reports):]
+    assert all(r.strategy in ("sqrt", "none") for r in curve.reports)
+    with pytest.raises(rm.ArgumentValueError, match=r"memory.pareto: points=1; pass an int of at least 2"):
+        rm.memory.pareto(fn, *args, points=1)
 
 
 def test_a_forced_strategy_that_cannot_fit_says_others_can():

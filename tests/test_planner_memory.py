@@ -197,3 +197,21 @@ def test_a_step_timed_twice_is_built_twice_under_two_names(monkeypatch):
     assert built == ["none", "none", 0.5]  # the noise control is a step of its own, not the same one again
     assert {k: len(v) for k, v in out["times"].items()} == {"remat-numpy/none": 2, "remat-numpy/none'": 2,
                                                             "remat-numpy/0.5": 2}
+
+
+def test_the_pareto_picture_draws_the_predicted_curve_beside_the_measured_one():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    rows = {("numpy", "none"): _row(100, [1.0, 1.0]),
+            ("numpy", 0.5): _row(45, [1.2, 1.2], predicted=44 * MiB, modelled=1.18),
+            ("numpy", 0.25): _row(24, [1.3, 1.3], predicted=24 * MiB, modelled=1.28)}
+    fig, ax = plt.subplots()
+    planner._plot_pareto(ax, _result(rows, [1.0]))
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    plt.close(fig)
+    assert list(lines["planner, numpy"].get_xdata()) == [24 * MiB, 45 * MiB]
+    assert list(lines["planner predicted, numpy"].get_xdata()) == [24 * MiB, 44 * MiB]
+    assert list(lines["planner predicted, numpy"].get_ydata()) == [1.28, 1.18]

@@ -19,6 +19,7 @@ from remat.dtypes import bfloat16, bool_, enable_x64, float16, float32, float64,
 from remat.errors import (
     ArgumentTypeError,
     ArgumentValueError,
+    BudgetTooSmall,
     DTypeError,
     IndexOutOfRange,
     RematError,

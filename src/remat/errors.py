@@ -40,6 +40,15 @@ class ArgumentValueError(RematError, ValueError):
     """An argument of a remat function with a value it cannot take (an axis out of range)."""
 
 
+class BudgetTooSmall(ArgumentValueError):
+    """A `memory_budget` below the smallest peak any plan of the step reaches; `smallest_budget`
+    is the least that works, in bytes (`rm.memory.pareto` starts its curve there)."""
+
+    def __init__(self, message: str, smallest_budget: int, source: str | None = None):
+        super().__init__(message, source)
+        self.smallest_budget = smallest_budget
+
+
 class IndexOutOfRange(RematError, IndexError):
     """A concrete index outside the axis it indexes."""
 

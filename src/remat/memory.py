@@ -559,6 +559,83 @@ def plan_report(fn, *args, memory_budget, strategy=None, argnums=None, backend: 
     return dc.replace(reports[-1], kept=tuple(_residuals_of(prog)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Pareto:
+    """A step's predicted trade-off between memory and recomputation: for budgets from the
+    smallest any plan reaches up to the step without a plan, the plan each gets (`reports`, one
+    `PlanReport` a budget, smallest budget first). `print(pareto)` prints it as a table."""
+
+    reports: tuple[PlanReport, ...]
+
+    @property
+    def budgets(self) -> list[int]:
+        return [r.budget_bytes for r in self.reports]
+
+    @property
+    def peaks(self) -> list[int]:
+        """The predicted peaks, bytes (inputs and constants included, as a budget counts)."""
+        return [r.predicted_peak for r in self.reports]
+
+    @property
+    def extra_time(self) -> list[float]:
+        """Each plan's recomputation as a fraction of the unplanned step's time (the cost model's)."""
+        return [r.extra_time_ratio for r in self.reports]
+
+    def __str__(self) -> str:
+        if not self.reports:
+            return "pareto: no budget the strategy meets"
+        first = self.reports[0]
+        activation = first.unplanned_peak - first.base_bytes
+        head = ("budget", "of activations", "predicted peak", "extra time", "extra FLOPs", "strategy")
+        rows = [(_size(r.budget_bytes), f"{(r.budget_bytes - r.base_bytes) / activation:.2f}" if activation else "-",
+                 _size(r.predicted_peak), f"+{r.extra_time_ratio:.3f}", f"+{r.extra_flops_ratio:.3f}", r.strategy)
+                for r in self.reports]
+        widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+        lines = [f"predicted memory/recomputation trade-off, counted by {first.counted_by}; inputs and constants "
+                 f"{_size(first.base_bytes)}, the step without a plan {_size(first.unplanned_peak)}"]
+        lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in [head, *rows]]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def pareto(fn, *args, points: int = 20, strategy=None, argnums=None, backend: str = "numpy") -> Pareto:
+    """The plans `rm.grad(fn, memory_budget=b)` makes for `points` budgets `b`, evenly spaced
+    from the smallest budget any plan of the step reaches (`rm.BudgetTooSmall.smallest_budget`)
+    to the step without a plan: the whole predicted curve of peak and recomputation, planned
+    and counted but not run (each point is `plan_report`'s, and kept in the plan cache, so a
+    `rm.grad` with one of these budgets finds its plan made). With a forced `strategy`, the
+    budgets it cannot meet are left out.
+
+    >>> import remat as rm
+    >>> layer = lambda h: h + rm.tanh(h)
+    >>> loss = lambda x: rm.sum(layer(layer(layer(layer(layer(layer(x)))))))
+    >>> curve = rm.memory.pareto(loss, rm.ones((1024,)), points=4, strategy="chain")
+    >>> all(p <= b for p, b in zip(curve.peaks, curve.budgets)), curve.extra_time[-1]
+    (True, 0.0)
+    """
+    from remat.errors import BudgetTooSmall
+
+    if isinstance(points, bool) or not isinstance(points, int) or points < 2:
+        raise ArgumentValueError(f"memory.pareto: points={points!r}; pass an int of at least 2 (the curve's ends)")
+    options = dict(argnums=argnums, backend=backend)
+    top = plan_report(fn, *args, memory_budget=1.0, strategy=strategy, **options)
+    try:  # below every plan: the error names the smallest budget that works ("sqrt" finds it at least cost)
+        plan_report(fn, *args, memory_budget=top.base_bytes + 1, strategy="sqrt", **options)
+        least = top.base_bytes + 1
+    except BudgetTooSmall as e:
+        least = e.smallest_budget
+    budgets_ = np.linspace(least, top.unplanned_peak, points).round().astype(np.int64)
+    reports = []
+    for b in dict.fromkeys(int(b) for b in budgets_[:-1]):
+        try:
+            reports.append(plan_report(fn, *args, memory_budget=b, strategy=strategy, **options))
+        except ArgumentValueError:  # a forced strategy that misses this budget: no point
+            if strategy is None:
+                raise
+    return Pareto((*reports, top))
+
+
 def available(cap=None) -> int:
     """Bytes this process may still take before it reaches `cap`: the cap minus its resident set
     size now (the interpreter, the libraries and every array it already holds), at least 0.
@@ -607,4 +684,4 @@ def _os_limit() -> int:
 
 
 __all__ = ["Residual", "Event", "XlaFigure", "Profile", "saved_residuals", "print_saved_residuals", "profile", "plot",
-           "plan_report", "PlanReport", "PlanWarning", "available"]
+           "plan_report", "PlanReport", "PlanWarning", "pareto", "Pareto", "available"]

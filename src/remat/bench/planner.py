@@ -409,6 +409,10 @@ def _plot_pareto(ax, result: dict) -> None:
                      if b == be and isinstance(p, float) and "peak" in r and "times" in r)
         if pts:
             ax.plot(*zip(*pts), "o-", color=_COLOURS[be], label=f"planner, {be}")
+        predicted = sorted((r["predicted"], r["modelled"]) for (b, p), r in result["rows"].items()
+                           if b == be and isinstance(p, float) and "modelled" in r)
+        if predicted:  # the curve rm.memory.pareto predicts, at the budgets measured
+            ax.plot(*zip(*predicted), "x:", color=_COLOURS[be], label=f"planner predicted, {be}")
         for hand in HAND:
             r = result["rows"].get((be, hand))
             if r and "peak" in r and "times" in r:
@@ -417,7 +421,7 @@ def _plot_pareto(ax, result: dict) -> None:
                 ax.annotate(name, (r["peak"], time_ratio(r, none)), fontsize=7, xytext=(4, 4),
                             textcoords="offset points")
     ax.xaxis.set_major_formatter(lambda v, _: f"{v / MiB:.0f}")
-    ax.set(xlabel="measured peak (MiB)", ylabel="step time / no checkpoint", title="planner vs hand-placed")
+    ax.set(xlabel="peak (MiB)", ylabel="step time / no checkpoint", title="planner vs hand-placed")
     ax.legend(fontsize=7)
 
 

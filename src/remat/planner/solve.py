@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
-from remat.errors import ArgumentValueError, at_source, user_source
+from remat.errors import ArgumentValueError, BudgetTooSmall, at_source, user_source
 from remat.graph import Graph
 from remat.planner import budget as budgets
 from remat.planner import plan_cache, sqrt
@@ -148,13 +148,13 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
     tried = _checked(cheapest, limit, count, own=evaluator_peak)
     if tried and tried[-1][1] <= limit:
         return tried[-1]
-    if count.exact:  # the strategies' own count: what they found is all there is
-        raise _infeasible(graph, written, limit, count, candidates, step, name)
-    # The most frugal plan the strategies know, counted the target's way: what the error offers.
+    # The most frugal plan the strategies know, counted the target's way: "auto" takes it when it
+    # fits (the error's smallest budget that works must work), else the error offers it.
     frugal = min(_frugal_plans(graph, evaluated, step), key=lambda f: f[1])[0]
     if name == "auto" and count(frugal) <= limit:
         return frugal, count(frugal), "the least memory the strategies reach" + counted
-    raise _infeasible(graph, written, limit, count, tried + [(frugal, count(frugal), "")], step, name)
+    found = candidates if count.exact else tried
+    raise _infeasible(written, limit, count, found, (frugal, count(frugal), ""), name)
 
 
 Found = list[tuple[Plan, int, str]]  # plans with their exact total peaks and how they were found
@@ -274,12 +274,13 @@ def _module(name: str):
         return None
 
 
-def _infeasible(graph: Graph, written, limit: int, count: StepCount, found: Found, step: Step,
+def _infeasible(written, limit: int, count: StepCount, found: Found, frugal: tuple[Plan, int, str],
                 name: str) -> ArgumentValueError:
+    """The error for a budget nothing `found` fits: below the most `frugal` plan too (the
+    smallest budget that works), or one a forced strategy `name` misses while others fit."""
     base, activation = count.base, count.activation
     peaks = [peak for _, peak, _ in found]
-    frugal = [peak for _, peak in _frugal_plans(graph, base + activation, step)] if count.exact else []
-    lowest = min(peaks + frugal)
+    lowest = min(peaks + [frugal[1]])
     if lowest <= limit:  # a forced strategy missed what the others reach
         tried_least = min(peaks, default=base + activation)
         return ArgumentValueError(
@@ -288,10 +289,10 @@ def _infeasible(graph: Graph, written, limit: int, count: StepCount, found: Foun
     share = (lowest - base) / activation if activation else 1.0
     fraction = math.ceil(share * 100) / 100
     counted = "" if count.exact else f", counted by {count.target}"
-    return ArgumentValueError(
+    return BudgetTooSmall(
         f"memory_budget: {_written(written, limit)} is below the smallest peak this step can reach, "
         f"{lowest} bytes ({fraction:g} of its activation memory, with {base} bytes of inputs and constants"
-        f"{counted}); the smallest budget that works is memory_budget={lowest} (or {fraction:g})")
+        f"{counted}); the smallest budget that works is memory_budget={lowest} (or {fraction:g})", lowest)
 
 
 def _frugal_plans(graph: Graph, unplanned: int, step: Step) -> list[tuple[Plan, int]]:
