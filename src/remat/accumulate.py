@@ -18,6 +18,8 @@ from remat import dtypes
 from remat.errors import source_of
 from remat.graph import Graph, Node, Var
 from remat.ops.core import OPS
+from remat.ops.creation import zeros
+from remat.ops.shape import concat, pad
 from remat.trace import Tensor
 
 
@@ -106,8 +108,6 @@ def _laid_side_by_side(x: Var, joined: list[tuple[Tensor, Node]], axis: int) -> 
     """The cotangent of `x` from slices that cut `axis` into disjoint ranges: the pieces of one
     range summed (in the order they came), then all ranges concatenated with zeros between them
     and padded to `x`'s extent."""
-    from remat.ops.creation import zeros
-    from remat.ops.shape import concat, pad
 
     sums: dict[tuple[int, int], Tensor] = {}
     for g, node in joined:

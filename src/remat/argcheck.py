@@ -12,6 +12,7 @@ import numpy as np
 from remat import tree
 from remat.errors import ArgumentTypeError, ArgumentValueError, callable_name
 from remat.graph import type_str
+from remat.trace import Tensor
 
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxother = 60
@@ -93,8 +94,6 @@ def _no_repeats(nums: tuple[int, ...], where: str, name: str, value) -> None:
 
 def describe(x) -> str:
     """What a value is, for messages: `a tensor f32[3]`, `a tuple of 3`, `a str`."""
-    from remat.trace import Tensor
-
     if isinstance(x, Tensor):
         return f"a tensor {type_str(x.shape, x.dtype)}"
     if isinstance(x, (tuple, list, dict)):

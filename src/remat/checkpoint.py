@@ -25,11 +25,14 @@ import numpy as np
 
 from remat import argcheck, checkpoint_cache, policies, tree
 from remat import checkpoint_derived as derived
+from remat.autodiff import backward_pass, replay_known
 from remat.custom_vjp import named_outputs
 from remat.errors import ArgumentTypeError, ArgumentValueError, at_source, callable_name, user_source
+from remat.forward import instantiate, jvp_graph
 from remat.graph import Graph, Node, Var
 from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.identity import barrier
+from remat.planner.budget import misplaced
 from remat.trace import (
     Tensor,
     asarray,
@@ -56,7 +59,6 @@ def _checkpoint_vjp(gs, *inputs, out, body: Graph, saved, policy, num_residuals=
     # barrier(e..., r..., g...) orders B after the cotangents exist, and B's body replays the
     # forward body on (e'..., c...), reading r' instead of recomputing saved values, then
     # back-propagates g'.
-    from remat.autodiff import backward_pass, replay_known
 
     n_out = len(body.outputs) - num_residuals
     present = [k for k, g in enumerate(gs) if g is not None]
@@ -127,7 +129,6 @@ def _checkpoint_jvp(ts, *inputs, body: Graph, saved, policy, prevent_cse=True, d
     # and their tangents (a saved input's tangent is saved too; a capture's is captured). The
     # JVP of a backward block is one too: it keeps nothing for a later VJP, so its body (which
     # may hold a gradient that has no VJP, a binomial scan's) is not differentiated to choose.
-    from remat.forward import instantiate, jvp_graph
 
     explicit = [inputs[i] for i in saved] + [ts[i] for i in saved if ts[i] is not None]
 
@@ -527,8 +528,6 @@ def _check_arity(fn: Callable, args: tuple, kwargs: dict) -> None:
     try:
         sig.bind(*args, **kwargs)
     except TypeError as e:
-        from remat.planner.budget import misplaced  # keywords reach the body; these two were meant for remat
-
         misplaced("checkpoint", kwargs.get("memory_budget"), kwargs.get("strategy"))
         given = f"{len(args)} inputs" + (f" and keywords {', '.join(map(repr, kwargs))}" if kwargs else "")
         raise ArgumentTypeError(f"checkpoint: {callable_name(fn)} cannot be called with {given}: {e}") from None

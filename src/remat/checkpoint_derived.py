@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from remat import dtypes
+from remat.autodiff import backward_pass, replay
 from remat.graph import Graph, Node, Var
 from remat.trace import new_trace
 
@@ -59,8 +60,6 @@ class GradientView(NamedTuple):
 
 
 def gradient_view(body: Graph) -> GradientView:
-    from remat.autodiff import backward_pass, replay
-
     with new_trace("checkpoint policy") as t:
         env = replay(body, [t.new_input(v.shape, v.dtype) for v in body.inputs])
         start = len(t.nodes)

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat import argcheck, dtypes, tree
+from remat.autodiff import vjp
 from remat.errors import ArgumentTypeError, ShapeError, TracerError, callable_name
 from remat.graph import Graph
 from remat.ops.core import Aval, BlockJVP, declare
 from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_function
+from remat.vectorize import align_to, cotangent_layout, from_raw_layout
 
 
 class SymbolicZero:
@@ -80,8 +82,6 @@ class JVPRule:
 
     def call(self, inputs, tangents) -> tuple[list[Tensor], list[Tensor | None]]:
         """The rule on the node's raw inputs and tangents (None: zero); raw outputs, tangents."""
-        from remat.vectorize import cotangent_layout, from_raw_layout
-
         prim = [x._relabel(v) for x, v in zip(inputs, self.in_vaxes)]
         zero = (lambda p: SymbolicZero(p.shape, p.dtype)) if self.symbolic_zeros else _zeros_like
         tans = [zero(p) if t is None else from_raw_layout(t, v) for p, t, v in zip(prim, tangents, self.in_vaxes)]
@@ -93,7 +93,6 @@ class JVPRule:
         for o, t in zip(outs, touts):
             if t.shape != o.shape:
                 raise ShapeError(f"{where} returned a tangent of shape {t.shape} for an output of shape {o.shape}")
-        from remat.vectorize import align_to
 
         return ([align_to(o, v)._raw() for o, v in zip(outs, self.out_vaxes)],
                 [cotangent_layout(t.astype(o.dtype), v) if dtypes.is_float(o.dtype) else None
@@ -128,7 +127,6 @@ def _custom_jvp_jvp(ts, *inputs, body: Graph, jvp: JVPRule):
 
 def _custom_jvp_vjp(gs, *inputs, out, body: Graph, jvp: JVPRule):
     # x' = Jᵀ g: the VJP of the rule's tangent, t -> rule(x, t)[1], which is linear in t.
-    from remat.autodiff import vjp
 
     fi = [i for i, x in enumerate(inputs) if dtypes.is_float(x.dtype)]
     fo = [k for k, g in enumerate(gs) if g is not None]

@@ -28,11 +28,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat import argcheck, dtypes, tree
+from remat.autodiff import backward_pass, replay
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, TracerError, callable_name
+from remat.forward import transposed_tangents
 from remat.graph import Graph, Node, Var
 from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.reduce import sum as _sum
 from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_function
+from remat.vectorize import cotangent_layout, devectorize
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,6 @@ def _custom_vjp_vjp(gs, *inputs, out, body: Graph, num_residuals: int, bwd: Rule
         cts = _call_bwd(bwd, inputs, out, gs, n_out)
     res_gs = list(gs[n_out:])
     if any(g is not None for g in res_gs):
-        from remat.autodiff import backward_pass, replay
-
         env = replay(body, list(inputs))
         more = backward_pass(body, env, [None] * n_out + res_gs)
         cts = [b if a is None else a if b is None else a + b for a, b in zip(cts, more)]
@@ -154,8 +155,6 @@ def _raw_cotangent(ct, x: Tensor, vaxes: tuple, where: str, names: set, arg: str
     """`ct` as a cotangent of the raw input `x` (vectorized over `vaxes`): summed over the
     vectorized axes of the call (`names`) `x` lacks, laid out over the ones it has; axes the
     call never had (a vmap over cotangents) stay vectorized."""
-    from remat.vectorize import cotangent_layout, devectorize
-
     python_number = isinstance(ct, (int, float)) and not isinstance(ct, bool)
     ct = asarray(ct, x.dtype if python_number and dtypes.is_float(x.dtype) else None)
     inner = x._full_shape[len(vaxes) :]
@@ -178,7 +177,6 @@ def _raw_cotangent(ct, x: Tensor, vaxes: tuple, where: str, names: set, arg: str
 def _custom_vjp_jvp(ts, *inputs, body: Graph, num_residuals: int, bwd: Rule):
     # Forward mode follows the custom rule: bwd is linear in its cotangent, x' = Jᵀ g, so its
     # transpose gives the outputs' tangent J t. The residuals' tangents go through fwd's code.
-    from remat.forward import transposed_tangents
 
     outs = bind(_custom_vjp, *inputs, body=body, num_residuals=num_residuals, bwd=bwd)
     n_out = len(body.outputs) - num_residuals

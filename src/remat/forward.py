@@ -19,11 +19,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from remat import argcheck, dtypes, tree
+from remat import argcheck, backends, dtypes, policies, tree
+from remat.autodiff import check_aux_pair, vjp
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Node, Var
+from remat.jit import call_traced
 from remat.ops.core import OPS, BlockJVP
-from remat.trace import Tensor, argument, asarray, bind, current_trace, trace_function
+from remat.trace import Tensor, argument, asarray, bind, current_trace, is_device_array, trace_function
+from remat.vectorize import align_to
 
 # ---------------------------------------------------------------- the interpreter
 
@@ -103,8 +106,6 @@ def _leaf(where: str, x, path: str) -> Tensor:
 
 
 def _is_device(x) -> bool:
-    from remat.trace import is_device_array
-
     return is_device_array(x)
 
 
@@ -136,8 +137,6 @@ def _check_pair(where: str, p: Tensor, t: Tensor, path: str) -> None:
 def aligned(ps: list[Tensor], ts: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
     """Primals laid out over the vectorized axes their tangents share with any primal, and each
     tangent as its primal's raw layout with the axes no primal has (`extra`) still vectorized."""
-    from remat.vectorize import align_to
-
     primal_names = {n for p in ps for n, _ in p._vaxes}
     out_p, out_t = [], []
     for p, t in zip(ps, ts):
@@ -178,15 +177,11 @@ def jvp(fn: Callable, primals, tangents, has_aux: bool = False):
                                     "rm.jvp(f, (x,), (t,)) for one argument")
     ps, ts = check_tangents("jvp", tuple(primals), tuple(tangents))
     if current_trace() is None:
-        from remat.jit import call_traced
-
         return call_traced(lambda p, t: _jvp_traced(fn, p, t, has_aux, tuple(primals)), (ps, ts))
     return _jvp_traced(fn, ps, ts, has_aux, tuple(primals))
 
 
 def _jvp_traced(fn, ps: list[Tensor], ts: list[Tensor], has_aux: bool, like):
-    from remat.autodiff import check_aux_pair
-
     ps, ts = aligned([asarray(p) for p in ps], [asarray(t) for t in ts])
     in_tree = tree.flatten(like)[1]
 
@@ -243,8 +238,6 @@ def linearize(fn: Callable, *primals):
         _, ts = check_tangents("linearize", like, tangents, "primals", "tangents")
         ts = [_beside(p, t) for p, t in zip(ps, ts)]
         if current_trace() is None:
-            from remat.jit import call_traced
-
             return call_traced(lambda r, t: _run_linear(linear, r, t, out_vaxes, traced.out_tree), (residuals, ts))
         return _run_linear(linear, residuals, ts, out_vaxes, traced.out_tree)
 
@@ -253,8 +246,6 @@ def linearize(fn: Callable, *primals):
 
 def _beside(p: Tensor, t: Tensor) -> Tensor:
     """`t` in `p`'s raw layout, its own other vectorized axes kept vectorized."""
-    from remat.vectorize import align_to
-
     own = {n for n, _ in p._vaxes}
     extra = tuple((n, k) for n, k in t._vaxes if n not in own)
     return align_to(t, extra + p._vaxes)._relabel(extra)
@@ -263,8 +254,6 @@ def _beside(p: Tensor, t: Tensor) -> Tensor:
 def _evaluate(known: Graph, inputs: list[Tensor]) -> list[Tensor]:
     """The known part's outputs: run now on the NumPy evaluator, or emitted into the trace."""
     if current_trace() is None:
-        from remat import backends
-
         return [Tensor._concrete(a) for a in backends.get("numpy").compile(known)(*[np.asarray(x) for x in inputs])]
     return _emit(known, inputs)
 
@@ -369,8 +358,6 @@ def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:
     """A checkpoint reading tangents as two checkpoints: the known one computes the primal
     outputs and the body values its policy saves that the tangents need; the linear one
     recomputes everything else from the block's inputs and those saved values."""
-    from remat import policies
-
     body, saved, policy = node.params["body"], node.params["saved"], node.params["policy"]
     n_out = len(body.outputs) - node.params.get("num_residuals", 0)
     known_pos = [i for i, v in enumerate(node.inputs) if v not in unknown]
@@ -395,8 +382,6 @@ def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:
 def _saved_by_policy(primal_nodes: list, tangent_nodes: list, chooser) -> list[Var]:
     """The primal values to keep: walking back from what the tangent nodes read, a value made
     by a node the policy saves is kept, any other is recomputed from its own inputs."""
-    from remat import policies
-
     needed = {v for n in tangent_nodes for v in n.inputs}
     kept: list[Var] = []
     for node in reversed(primal_nodes):
@@ -433,8 +418,6 @@ def transposed_tangents(ts, inputs: list[Tensor], outs, body: Graph, n_out: int,
     """The tangents of a custom_vjp node's outputs: its outputs' from the transpose of the
     rule `cotangents_of(gs) -> input cotangents` (linear in `gs`, so its VJP at the input
     tangents is J t, exactly), and its residuals' from the JVP of fwd's code."""
-    from remat.autodiff import vjp
-
     touts: list = [None] * len(outs)
     fo = [k for k in range(n_out) if dtypes.is_float(outs[k].dtype)]
     fi = [i for i, x in enumerate(inputs) if dtypes.is_float(x.dtype) and ts[i] is not None]

@@ -14,8 +14,12 @@ from collections.abc import Callable
 import numpy as np
 
 from remat import argcheck, dtypes, tree
+from remat.autodiff import check_aux_pair, vjp
 from remat.errors import ArgumentTypeError, DTypeError, callable_name
+from remat.forward import jvp
+from remat.ops.shape import reshape
 from remat.trace import Tensor, argument, asarray, is_tensor_like
+from remat.vectorize import vmap
 
 
 def jacfwd(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
@@ -67,7 +71,6 @@ def _jacobian(fn: Callable, argnums, has_aux: bool, where: str, compute: Callabl
             full = list(args)
             for i, x in zip(nums, xs):
                 full[i] = x
-            from remat.autodiff import check_aux_pair
 
             out = fn(*full)
             out, aux = check_aux_pair(out, where, fn) if has_aux else (out, None)
@@ -117,8 +120,6 @@ def _basis(leaves: list[Tensor]) -> list[Tensor]:
 def _columns(partial: Callable, diff: tuple, single: bool):
     """jacfwd: the tangents of the outputs along every input element, stacked last. With one
     argument (`single`), its structure is the Jacobian's inner one; else the tuple of them."""
-    from remat.forward import jvp
-    from remat.vectorize import vmap
 
     leaves, in_tree = tree.flatten(diff[0] if single else diff)
     leaves = [argument(x) for x in leaves]
@@ -136,8 +137,6 @@ def _columns(partial: Callable, diff: tuple, single: bool):
 
 def _rows(partial: Callable, diff: tuple, single: bool):
     """jacrev: the cotangents of the inputs for every output element, stacked first."""
-    from remat.autodiff import vjp
-    from remat.vectorize import vmap
 
     out, back, aux = vjp(partial, *diff, has_aux=True)
     out_leaves, out_tree = tree.flatten(out)
@@ -154,15 +153,11 @@ def _rows(partial: Callable, diff: tuple, single: bool):
 
 
 def _reshape_rows(r: Tensor, o: Tensor, at: int) -> Tensor:
-    from remat.ops.shape import reshape
-
     return reshape(r[at : at + o.size], (*o.shape, *r.shape[1:]))
 
 
 def _split(cols, leaves: list[Tensor], in_tree):
     """Each output leaf `(*out.shape, total)` as the inputs' structure of `(*out.shape, *x.shape)`."""
-    from remat.ops.shape import reshape
-
     def per_output(c: Tensor):
         parts, at = [], 0
         for x in leaves:

@@ -26,6 +26,7 @@ from remat.backends.host_slices import host_slices
 from remat.backends.xla_offsets import offsets_at_run_time
 from remat.errors import ArgumentTypeError, ArgumentValueError, callable_name
 from remat.graph import type_str
+from remat.planner.budget import misplaced
 from remat.planner.target import Target
 from remat.planner.target import running_on as planned_for
 from remat.trace import (
@@ -438,7 +439,6 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames
     """
     argcheck.check_callable(fn, "jit")
     check_backend(backend, "jit")
-    from remat.planner.budget import misplaced  # rm.jit(rm.grad(f, memory_budget=...)) is the place
 
     misplaced("jit", memory_budget, strategy)
     nums, names = _static_arguments(fn, static_argnums, static_argnames)

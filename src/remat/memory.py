@@ -27,11 +27,14 @@ import numpy as np
 
 from remat import argcheck, dtypes, timeline, tree
 from remat.autodiff import vjp
-from remat.errors import ArgumentTypeError, ArgumentValueError
+from remat.backends import numpy as evaluator
+from remat.errors import ArgumentTypeError, ArgumentValueError, BudgetTooSmall
 from remat.graph import Graph, Node, Var, type_str
 from remat.jit import bind_static, check_backend
 from remat.planner import budget as budgets
 from remat.planner.report import PlanReport, PlanWarning
+from remat.planner.solve import collect_reports
+from remat.planner.target import NUMPY, Target, running_on
 from remat.trace import asarray, current_trace, trace_function
 
 # ---------------------------------------------------------------- the gradient program
@@ -361,8 +364,6 @@ def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, 
 
 
 def _profile_numpy(prog: _Program) -> Profile:
-    from remat.backends import numpy as evaluator
-
     memory = evaluator.Memory()
     recorder = _Recorder(memory)
     for a in prog.arrays:
@@ -546,8 +547,6 @@ def plan_report(fn, *args, memory_budget, strategy=None, argnums=None, backend: 
     import dataclasses as dc
 
     from remat.jit import check_backend
-    from remat.planner.solve import collect_reports
-    from remat.planner.target import NUMPY, Target, running_on
 
     if memory_budget is None:
         raise ArgumentValueError("memory.plan_report: memory_budget=None plans nothing; pass a budget, "
@@ -614,8 +613,6 @@ def pareto(fn, *args, points: int = 20, strategy=None, argnums=None, backend: st
     >>> all(p <= b for p, b in zip(curve.peaks, curve.budgets)), curve.extra_time[-1]
     (True, 0.0)
     """
-    from remat.errors import BudgetTooSmall
-
     if isinstance(points, bool) or not isinstance(points, int) or points < 2:
         raise ArgumentValueError(f"memory.pareto: points={points!r}; pass an int of at least 2 (the curve's ends)")
     options = dict(argnums=argnums, backend=backend)

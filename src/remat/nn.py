@@ -30,6 +30,7 @@ from remat.ops import (
     mean,
     minimum,
     multiply,
+    reshape,
     sqrt,
     stop_gradient,
     sum,
@@ -482,8 +483,6 @@ def _float_pair(what: str, x, y) -> list[Tensor]:
 
 
 def _drop(x: Tensor, axes: tuple[int, ...]) -> Tensor:
-    from remat.ops import reshape
-
     return reshape(x, tuple(n for i, n in enumerate(x.shape) if i not in axes))
 
 

@@ -36,6 +36,7 @@ from remat import argcheck, tree
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError
 from remat.ops.core import declare, linear_jvp
 from remat.trace import Tensor, asarray, bind, is_device_array
+from remat.vectorize import RULES
 
 # ---------------------------------------------------------------- the spec, as op data
 
@@ -204,8 +205,6 @@ def _vectorized(op, tensors, params, names):
 
 
 def _register_vmap_rule() -> None:
-    from remat.vectorize import RULES
-
     RULES["shard"] = _vectorized
 
 

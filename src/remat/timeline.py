@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from remat.backends.numpy import IMPLS, last_uses
 from remat.graph import Graph, Node, Var
 
 _VIEWS = {"reshape", "permute_dims", "broadcast_to", "slice", "flip"}
@@ -99,8 +100,6 @@ class _Model:
                 self.live -= b.nbytes
 
     def run(self, graph: Graph, args: list[_Value], root: bool = False) -> list[_Value]:
-        from remat.backends.numpy import last_uses
-
         env: dict[Var, _Value] = dict.fromkeys(graph.constants, _EXTERNAL)
         for v, a in zip(graph.inputs, args):
             env[v] = a
@@ -205,8 +204,6 @@ def _reshaped_strides(shape, strides, new) -> tuple[int, ...] | None:
 
 def _donation(node: Node, dying: list[tuple[Var, _Value]]) -> _Value | None:
     """The buffer the evaluator's `_donation` would write an elementwise result into."""
-    from remat.backends.numpy import IMPLS
-
     fn = IMPLS.get(node.op)
     if not (isinstance(fn, np.ufunc) or getattr(fn, "takes_out", False)) or len(node.outputs) != 1:
         return None

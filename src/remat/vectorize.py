@@ -17,6 +17,8 @@ import numpy as np
 
 from remat import argcheck, tree
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError
+from remat.ops.elementwise import clip, where
+from remat.ops.shape import broadcast_to, permute_dims, reshape
 from remat.trace import Tensor, asarray, bind
 
 # ---------------------------------------------------------------- user API
@@ -57,7 +59,6 @@ def devectorize(t, name: str | None = None) -> Tensor:
                                  f"(it has {names})")
     i, k = names.index(name), len(names)
     order = [j for j in range(k) if j != i] + [i] + list(range(k, k + t.ndim))
-    from remat.ops.shape import permute_dims
 
     return permute_dims(t._raw(), order)._relabel(tuple(a for a in t._vaxes if a[0] != name))
 
@@ -212,8 +213,6 @@ def _in_size(x: Tensor, axis: int, path: str) -> int:
 
 
 def _to_vectorized(x, axis: int, name: str) -> Tensor:
-    from remat.ops.shape import permute_dims
-
     x = asarray(x)
     axis %= x.ndim  # in range: checked by _in_size
     order = [axis] + [i for i in range(x.ndim) if i != axis]
@@ -221,8 +220,6 @@ def _to_vectorized(x, axis: int, name: str) -> Tensor:
 
 
 def _from_vectorized(y: Tensor, axis, name: str, size: int, where: _Paths, k: int) -> Tensor:
-    from remat.ops.shape import permute_dims
-
     if axis is _UNMAPPED:
         return y
     if name not in dict(y._vaxes):  # the result does not depend on the mapped arguments
@@ -256,8 +253,6 @@ def _merge(all_vaxes) -> tuple:
 def _lay_out(t: Tensor, names: tuple, inner_rank: int, materialize: bool) -> Tensor:
     """The raw tensor of `t` with axes `names` (size 1 where `t` lacks one, or broadcast to the
     full size with `materialize`), then `inner_rank - t.ndim` axes of size 1, then `t`'s shape."""
-    from remat.ops.shape import broadcast_to, permute_dims, reshape
-
     own = [n for n, _ in t._vaxes]
     inner = list(range(len(own), len(own) + t.ndim))
     raw = permute_dims(t._raw(), [own.index(n) for n, _ in names if n in own] + inner)
@@ -318,8 +313,6 @@ def _barrier(op, tensors, params, names):
 
 def _flat_gather_layout(x: Tensor, idx: Tensor, axis: int, names: tuple):
     """x as (P*n, *rest) and idx as (P, *idx.shape) offset into it, P the vectorized entries."""
-    from remat.ops.elementwise import clip, where
-    from remat.ops.shape import permute_dims, reshape
 
     p, n = math.prod(_sizes(names)), x.shape[axis]
     xf = reshape(_lay_out(x, names, x.ndim, True), (p,) + x.shape)
@@ -332,8 +325,6 @@ def _flat_gather_layout(x: Tensor, idx: Tensor, axis: int, names: tuple):
 
 
 def _take(op, tensors, params, names):
-    from remat.ops.shape import permute_dims, reshape
-
     x, idx = tensors
     axis = params["axis"]
     if not idx._vaxes:
@@ -348,8 +339,6 @@ def _take(op, tensors, params, names):
 
 
 def _index_add(op, tensors, params, names):
-    from remat.ops.shape import permute_dims, reshape
-
     x, idx, upd = tensors
     axis = params["axis"]
     if not idx._vaxes:

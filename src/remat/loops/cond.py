@@ -21,7 +21,9 @@ import numpy as np
 
 from remat import dtypes, tree
 from remat.argcheck import check_callable, describe, leaf_paths
+from remat.autodiff import backward_pass, replay_known
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name
+from remat.forward import instantiate, jvp_graph
 from remat.graph import Graph
 from remat.loops.body import shared_captures, tensor_leaves, type_of, widen
 from remat.loops.prune import prune_cond
@@ -53,7 +55,6 @@ def _cond_vjp(gs, index, *operands, out, num_residuals=0, **branches):
     # x' = branch_i'(x, g) for the branch i that ran: one block, the same index. It recomputes
     # the branch's forward values from the operands, but those the cond outputs as residuals
     # (each branch its own slots, zeros in the others': see loops/policy_reach.py).
-    from remat.autodiff import backward_pass, replay_known
 
     n, k = len(operands), num_residuals
     n_user = len(out) - k
@@ -84,7 +85,6 @@ def _cond_vjp(gs, index, *operands, out, num_residuals=0, **branches):
 
 def _cond_jvp(ts, index, *operands, num_residuals=0, **branches):  # residuals: outputs like the others
     # One block again: the JVP of the branch that runs, chosen by the same index.
-    from remat.forward import instantiate, jvp_graph
 
     graphs = _ordered(branches)
     has = [i for i, t in enumerate(ts[1:]) if t is not None]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from remat.graph import Graph, Var
+from remat.loops import revolve
+from remat.loops.revolve import actions, first_descent
 from remat.loops.while_loop import refuse
 
 
@@ -176,8 +178,6 @@ class _Binomial:
         _release(self.memory, got[nf:])
 
     def run(self, table: np.ndarray) -> tuple:
-        from remat.loops import revolve
-
         do = {revolve.ADVANCE: self.advance_, revolve.TAKESHOT: self.takeshot, revolve.RESTORE: self.restore,
               revolve.FETCH: lambda slot: self.restore(slot, keep=False), revolve.YOUTURN: self.youturn}
         for start in range(0, len(table), _ROWS):  # a few rows as Python ints at a time, not T log T
@@ -206,8 +206,6 @@ def _cut(args, sizes: list[int]) -> list[list]:
 def scan_binomial(*args, advance: Graph, step: Graph, length: int, reverse: bool, snapshots: int, num_carry: int,
                   num_xs: int, num_invariant: int, num_float: int, num_x_cts: int, resumed: bool = False,
                   memory=None):
-    from remat.loops.revolve import actions, first_descent
-
     memory = _memory(memory, args)
     positions, row = first_descent(length, snapshots) if resumed else (None, 0)
     loop = _Binomial(args, advance, step, length, reverse, num_carry, num_xs, num_invariant, num_float, num_x_cts,

@@ -16,12 +16,11 @@ every carry; when only its snapshots are read it need not run its last step (`sk
 from __future__ import annotations
 
 from remat.graph import Graph, Node, Var
+from remat.ops.core import OPS
 
 
 def live_nodes(nodes: list[Node], outputs: list[Var]) -> list[Node]:
     """The nodes `outputs` depend on, in order, each loop among them pruned to what is read of it."""
-    from remat.ops.core import OPS
-
     live = set(outputs)
     kept = []
     for node in reversed(nodes):

@@ -22,7 +22,9 @@ from collections.abc import Callable
 
 from remat import tree
 from remat.argcheck import check_callable, is_int, leaf_paths, short_repr
+from remat.dtypes import is_float
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError, callable_name
+from remat.forward import instantiate, jvp_graph
 from remat.graph import Graph
 from remat.loops import schedules
 from remat.loops.body import Carry, template, tensor_leaves, weak_leaves
@@ -62,8 +64,6 @@ def _scan_jvp(ts, *inputs, body: Graph, length, reverse, num_carry, num_xs, unro
               snapshots=None, skip_last=False):
     # A scan over (primal, tangent) carries and xs whose step is the JVP of the body. Every
     # float carry has a tangent carry: a zero one at the start may be nonzero after a step.
-    from remat.dtypes import is_float
-    from remat.forward import instantiate, jvp_graph
     from remat.loops.scan_binomial import refuse_forward_mode
 
     if snapshots is not None:  # the forward sweep of a binomial gradient

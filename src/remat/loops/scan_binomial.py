@@ -36,10 +36,11 @@ from remat.errors import ArgumentTypeError
 from remat.graph import Graph, Node, Var
 from remat.loops import revolve
 from remat.loops.prune import sub_graph
+from remat.loops.scan import scan
 from remat.loops.scan_vjp import _graph, _or_zeros, _outputs, _producer, split
 from remat.ops.core import Aval, BlockJVP, declare
 from remat.trace import Tensor, bind, current_trace, new_trace
-from remat.vectorize import RULES
+from remat.vectorize import RULES, devectorize, vectorize
 
 
 def _rule(*avals, advance: Graph, step: Graph, length: int, reverse: bool, snapshots: int, num_carry: int,
@@ -143,8 +144,6 @@ def _one_entry_at_a_time(op, tensors: list[Tensor], params: dict, names: tuple) 
     carries in snapshot buffers and reads xs step by step, so it has no batched form; a scan over
     the first vectorized axis runs it once per entry (the others, if any, take this rule again
     inside), each entry in the memory of one."""
-    from remat.loops.scan import scan
-    from remat.vectorize import devectorize, vectorize
 
     if params.get("resumed"):  # from c0 again: the sweep's snapshot buffers, which it overwrites, are shared here
         nc = params["num_carry"]

@@ -35,7 +35,8 @@ from remat import dtypes
 from remat.autodiff import backward_pass, replay
 from remat.graph import Graph, Node, Var
 from remat.loops.prune import live_nodes
-from remat.trace import Tensor, asarray, current_trace, new_trace
+from remat.loops.scan import scan, scan_op
+from remat.trace import Tensor, asarray, bind, current_trace, new_trace
 
 
 @dataclass
@@ -139,8 +140,6 @@ def _graph(inputs: list[Var], outputs: list[Var], nodes: list[Node], constants: 
 
 
 def scan_vjp(gs, inputs, out, params: dict) -> tuple:
-    from remat.loops.scan import scan
-
     body, nc, nx = params["body"], params["num_carry"], params["num_xs"]
     length, reverse = params["length"], params["reverse"]
     ny = len(body.outputs) - nc
@@ -192,8 +191,6 @@ def _or_zeros(g: Tensor | None, like: Tensor) -> Tensor:
 
 def _residuals(out, inputs, sp: Split, params: dict) -> list[Tensor]:
     """The stacked residuals: extra outputs of the node that made `out`, or of a new forward scan."""
-    from remat.loops.scan import scan_op
-    from remat.trace import bind
 
     n_old = len(params["body"].outputs)
     extra = sp.fwd.outputs[n_old:]

@@ -18,6 +18,7 @@ import numpy as np
 from remat import dtypes, tree
 from remat.argcheck import check_callable, is_int, short_repr
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, user_source
+from remat.forward import instantiate, jvp_graph
 from remat.graph import Graph
 from remat.loops.body import Carry, check_like, tensor_leaves, weak_leaves
 from remat.loops.prune import prune_while
@@ -78,7 +79,6 @@ _refused = declare("while_gradient", lambda *avals, source, outputs: list(avals[
 def _while_jvp(ts, *inputs, cond: Graph, body: Graph, num_carry: int):
     # Forward mode needs no stored steps: a while loop over (carry, tangent carry), the body's
     # JVP as its body (every float carry has a tangent: a zero one may become nonzero).
-    from remat.forward import instantiate, jvp_graph
 
     nc, n_cond = num_carry, len(cond.inputs) - num_carry
     cond_caps, body_caps = inputs[nc : nc + n_cond], inputs[nc + n_cond :]

@@ -8,6 +8,7 @@ import numpy as np
 from jax import lax
 
 from remat.graph import Graph
+from remat.loops import revolve
 from remat.loops.while_loop import refuse
 
 
@@ -66,7 +67,6 @@ def scan_binomial(*args, advance: Graph, step: Graph, length: int, reverse: bool
     (`youturn`) under a `cond` that sees only step-sized operands, and updates the buffers in
     place with selects: a `switch` over the whole state made XLA copy the buffers every row."""
     from remat.backends.xla import evaluate
-    from remat.loops import revolve
 
     nc, nx, nf, nxc = num_carry, num_xs, num_float, num_x_cts
     positions, row = revolve.first_descent(length, snapshots) if resumed else ((), 0)

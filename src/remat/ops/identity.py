@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from remat import tree
+from remat.errors import ArgumentTypeError
 from remat.ops.core import NOT_DIFFERENTIABLE, BlockJVP, declare
 from remat.trace import Tensor, asarray, bind
 
@@ -48,8 +50,6 @@ def checkpoint_name(x, name: str):
     >>> rm.checkpoint_name({"k": rm.ones(2), "v": rm.zeros(2)}, "kv")["v"]
     Tensor([0., 0.], dtype=float32)
     """
-    from remat import tree
-    from remat.errors import ArgumentTypeError
 
     if not isinstance(name, str):
         raise ArgumentTypeError(f"checkpoint_name: name must be a str, got {type(name).__name__} {name!r:.60}")

@@ -27,6 +27,7 @@ import numpy as np
 from remat import dtypes
 from remat import values as values_module
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError
+from remat.loops.scan import scan
 from remat.ops.creation import arange, full, zeros
 from remat.ops.elementwise import broadcast_shapes, clip, maximum, minimum, where
 from remat.ops.indexing import _expand_ellipsis, _is_int, getitem, index_add, take
@@ -362,7 +363,6 @@ def _apply(x: Tensor, index, fn: Callable, mode: str | None) -> Tensor:
             values = where(asarray(counts > r), _applied(fn, values), values)
         out = index_add(flat * asarray(np.isin(np.arange(flat.shape[0]), where_, invert=True)), where_, values)
     else:  # one position after another, in order
-        from remat.loops.scan import scan
 
         out, _ = scan(lambda f, p: (f.at[p].set(_applied(fn, take(f, p))), None), flat, pos)
     return reshape(slice_axis(out, 0, 0, n) if dropped is not None else out, x.shape)

@@ -42,6 +42,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from remat import timeline
+from remat.autodiff import backward_pass, replay
 from remat.graph import Graph, Var
 from remat.planner.cost import Weights, current_weights
 from remat.planner.peak import ALL, Step, base_bytes, total_peak, traced_step
@@ -205,8 +206,6 @@ def _own_peak(graph: Graph, stage: Stage, kept: set[Var]) -> tuple[int, int, int
     forward ends, a loop's stacked residuals included, and the outputs later stages' gradients
     read: `kept`) and the bytes of the cotangent of x_i it ends with, as allocated (a view
     of a seed costs nothing): what it ends with less its parameters' gradients."""
-    from remat.autodiff import backward_pass, replay
-
     sub = _stage_graph(graph, stage)
     with new_trace("stage") as t:
         env = replay(sub, [t.new_input(v.shape, v.dtype) for v in sub.inputs])

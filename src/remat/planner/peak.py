@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat import dtypes, timeline
+from remat.autodiff import _replay, backward_pass
 from remat.graph import Graph, Var
 from remat.planner.plan import NO_PLAN, Plan, apply
 from remat.planner.target import Target
@@ -73,8 +74,6 @@ class TracedStep:
 
 def traced_step(graph: Graph, step: Step = ALL) -> TracedStep:
     """The gradient step of `graph` (no plan applied), with the owner of each forward value."""
-    from remat.autodiff import _replay, backward_pass
-
     wrt = len(graph.inputs) if step.wrt is None else step.wrt
     seeded = len(graph.outputs) if step.seeded is None else step.seeded
     owner: dict[Var, int] = {}
