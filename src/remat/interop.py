@@ -64,9 +64,19 @@ def jax_array(t: Tensor):
     return value if is_device_array(value) else jax.device_put(value)
 
 
-def dlpack(t: Tensor, kwargs: dict):
-    """`t.__dlpack__(**kwargs)`: the value's own capsule; for a read-only NumPy buffer and a
-    consumer that cannot be told so (DLPack before 1.0), a capsule of a copy."""
+def _jax_array_protocol(t: Tensor):
+    """JAX's protocol: `jnp.sum(t)` reads a concrete tensor as a JAX array. JAX's operators are
+    not offered it, so `jax_array + t` comes to `Tensor.__radd__` and is a tensor, traced or not,
+    as `numpy_array + t` is."""
+    if sys._getframe(1).f_globals.get("__name__") == "jax._src.numpy.array_methods":
+        raise AttributeError("__jax_array__")
+    return lambda: jax_array(t)
+
+
+def dlpack(t: Tensor, **kwargs):
+    """DLPack, `t.__dlpack__(**kwargs)`: the value's own capsule, uncopied, unless it is a
+    read-only NumPy buffer and the consumer cannot be told so (DLPack before 1.0): then a
+    capsule of a copy."""
     value = _value(t, "__dlpack__")
     told = tuple(kwargs.get("max_version") or (0,)) >= (1, 0)
     if isinstance(value, np.ndarray) and not value.flags.writeable and not told:
@@ -77,6 +87,11 @@ def dlpack(t: Tensor, kwargs: dict):
 def dlpack_device(t: Tensor) -> tuple[int, int]:
     value = _value(t, "__dlpack_device__")
     return value.__dlpack_device__() if is_device_array(value) else (_KDL_CPU, 0)
+
+
+Tensor.__jax_array__ = property(_jax_array_protocol)  # type: ignore[attr-defined]
+Tensor.__dlpack__ = dlpack  # type: ignore[attr-defined]
+Tensor.__dlpack_device__ = dlpack_device  # type: ignore[attr-defined]
 
 
 def from_dlpack(x) -> Tensor:

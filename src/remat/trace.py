@@ -352,28 +352,8 @@ class Tensor:
         value = np.asarray(self._concrete_value("converting to a NumPy array"))
         return value if dtype is None else value.astype(dtype)
 
-    @property
-    def __jax_array__(self):
-        """JAX's protocol: `jnp.sum(t)` reads a concrete tensor as a JAX array (remat/interop.py).
-        JAX's operators are not offered it, so `jax_array + t` comes to `Tensor.__radd__` and is
-        a tensor, traced or not, as `numpy_array + t` is."""
-        if sys._getframe(1).f_globals.get("__name__") == "jax._src.numpy.array_methods":
-            raise AttributeError("__jax_array__")
-        from remat import interop
-
-        return lambda: interop.jax_array(self)
-
-    def __dlpack__(self, **kwargs):
-        """DLPack: the tensor's buffer, uncopied unless it is read-only and the consumer cannot
-        be told so (remat/interop.py)."""
-        from remat import interop
-
-        return interop.dlpack(self, kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        from remat import interop
-
-        return interop.dlpack_device(self)
+    # `__jax_array__`, `__dlpack__` and `__dlpack_device__` are installed by remat/interop.py,
+    # `.at` by remat/ops/update.py: the modules that own those protocols.
 
     def item(self):
         return self._concrete_value("item()").item()
@@ -449,14 +429,6 @@ class Tensor:
     def mT(self) -> Tensor:
         """The last two axes swapped (a batch of matrices transposed), as `ndarray.mT`."""
         return _ops.matrix_transpose(self)
-
-    @property
-    def at(self):
-        """Functional updates, as JAX's: `x.at[idx].set(v)`, `.add(v)`, `.multiply(v)`, `.get()`
-        return a new tensor (see remat/ops/update.py)."""
-        from remat.ops.update import IndexUpdater
-
-        return IndexUpdater(self)
 
     def astype(self, dtype) -> Tensor:
         return _ops.astype(self, dtype)

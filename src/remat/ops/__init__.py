@@ -101,6 +101,7 @@ from remat.ops.arrays import (
     triu,
 )
 from remat.ops import decompositions  # noqa: F401  (declares the primitives rm.linalg binds)
+from remat.ops import update  # noqa: F401  (installs Tensor.at)
 
 __all__ = [
     "OPS", "NOT_DIFFERENTIABLE", "Op", "declare",

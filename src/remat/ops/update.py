@@ -27,7 +27,6 @@ import numpy as np
 from remat import dtypes
 from remat import values as values_module
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError
-from remat.loops.scan import scan
 from remat.ops.creation import arange, full, zeros
 from remat.ops.elementwise import broadcast_shapes, clip, maximum, minimum, where
 from remat.ops.indexing import _expand_ellipsis, _is_int, getitem, index_add, take
@@ -37,7 +36,9 @@ from remat.trace import Tensor, asarray, is_device_array
 
 
 class IndexUpdater:
-    """What `x.at` is: `x.at[idx]` names the elements an update will change."""
+    """What `x.at` is: `x.at[idx]` names the elements an update will change. Functional
+    updates, as JAX's: `x.at[idx].set(v)`, `.add(v)`, `.multiply(v)`, `.get()` return a new
+    tensor."""
 
     def __init__(self, x: Tensor):
         self._x = x
@@ -363,6 +364,7 @@ def _apply(x: Tensor, index, fn: Callable, mode: str | None) -> Tensor:
             values = where(asarray(counts > r), _applied(fn, values), values)
         out = index_add(flat * asarray(np.isin(np.arange(flat.shape[0]), where_, invert=True)), where_, values)
     else:  # one position after another, in order
+        from remat.loops.scan import scan  # a block: above the ops
 
         out, _ = scan(lambda f, p: (f.at[p].set(_applied(fn, take(f, p))), None), flat, pos)
     return reshape(slice_axis(out, 0, 0, n) if dropped is not None else out, x.shape)
@@ -393,3 +395,6 @@ def _put(flat: Tensor, ps, last, values: Tensor, merge: Callable) -> Tensor:
         touched = winner > 0
         chosen = maximum(winner - 1, 0)
     return where(touched, merge(flat, take(values, chosen)), flat)
+
+
+Tensor.at = property(IndexUpdater, doc=IndexUpdater.__doc__)  # type: ignore[attr-defined]
