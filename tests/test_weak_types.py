@@ -144,3 +144,13 @@ def test_a_loop_started_from_a_weak_argument_takes_the_dtype_of_its_body(backend
     want_c, want_ys = jax.jit(lambda c0, xs: jax.lax.scan(step, c0, xs))(0.0, BF16)
     assert carry.dtype == ys.dtype == want_c.dtype == np.dtype("bfloat16")
     np.testing.assert_array_equal(np.asarray(ys, "float32"), np.asarray(want_ys, "float32"))
+
+
+def test_an_eager_checkpoint_traces_a_weak_and_a_strong_argument_apart():
+    """Its program cache keyed shapes and dtypes only: the program traced for a weak tensor
+    (bfloat16 out) answered the float32 call after it."""
+    weak = rm.jit(lambda s: rm.broadcast_to(s, (3,)))(2.0)
+    assert weak.weak_type
+    times_bf16 = lambda a: a * BF16  # noqa: E731
+    assert rm.checkpoint(times_bf16, weak).dtype == np.dtype("bfloat16")
+    assert rm.checkpoint(times_bf16, rm.asarray(F32)).dtype == np.float32

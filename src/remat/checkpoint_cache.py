@@ -101,7 +101,7 @@ def _cache_of(owner) -> OrderedDict | None:
 def _signature(call, reads: list) -> tuple:
     """What selects a program besides the objects `fn` reads: the explicit inputs' types and
     every other value passed along (by value when hashable, else by identity, via `reads`)."""
-    arrays = tuple((t._full_shape, t.dtype, t._vaxes) for t in map(asarray, call.arrays.picked))
+    arrays = tuple((t._full_shape, t.dtype, t._vaxes, t.weak_type) for t in map(asarray, call.arrays.picked))
     picked = set(call.arrays.positions)
     others = [x for i, x in enumerate(call.arrays.flat) if i not in picked]
     others += [call.args[i] for i in sorted(call.static)]
