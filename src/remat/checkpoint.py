@@ -528,6 +528,7 @@ def _check_arity(fn: Callable, args: tuple, kwargs: dict) -> None:
     try:
         sig.bind(*args, **kwargs)
     except TypeError as e:
+        # keywords reach the body; these two were meant for remat
         misplaced("checkpoint", kwargs.get("memory_budget"), kwargs.get("strategy"))
         given = f"{len(args)} inputs" + (f" and keywords {', '.join(map(repr, kwargs))}" if kwargs else "")
         raise ArgumentTypeError(f"checkpoint: {callable_name(fn)} cannot be called with {given}: {e}") from None

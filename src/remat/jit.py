@@ -440,7 +440,7 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames
     argcheck.check_callable(fn, "jit")
     check_backend(backend, "jit")
 
-    misplaced("jit", memory_budget, strategy)
+    misplaced("jit", memory_budget, strategy)  # rm.jit(rm.grad(f, memory_budget=...)) is the place
     nums, names = _static_arguments(fn, static_argnums, static_argnames)
     precision = matmul_precision.canonical(precision, "jit")  # checked on NumPy too, which is always exact
     options = {} if backend == "numpy" else {"precision": precision}

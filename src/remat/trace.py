@@ -211,17 +211,18 @@ def bind(op: Op, *args, **params):
     if reads is not None:
         for t in tensors:
             reads.note(t)
+    weak = bool(tensors) and all(t._weak for t in tensors)  # computed from weak tensors alone: weak too, as in JAX
     if any(t._vaxes for t in tensors):
         from remat.vectorize import bind_vectorized
 
         result = bind_vectorized(op, tensors, params)
-        if not (tensors and all(t._weak for t in tensors)):
+        if not weak:
             return result
         outs = list(result) if op.multiple_results else [result]
     else:
         trace = current_trace()
         outs = trace.add_node(op, tensors, params) if trace is not None else _eager(op, tensors, params)
-    if tensors and all(t._weak for t in tensors):  # computed from weak tensors alone: weak too, as in JAX
+    if weak:
         outs = [o._weakly_typed() if o.dtype == tensors[0].dtype else o for o in outs]
     return tuple(outs) if op.multiple_results else outs[0]
 
