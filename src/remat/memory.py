@@ -544,10 +544,6 @@ def plan_report(fn, *args, memory_budget, strategy=None, argnums=None, backend: 
     >>> report.predicted_peak <= report.budget_bytes, report.strategy in ("chain", "milp"), len(report.recomputed)
     (True, True, 4)
     """
-    import dataclasses as dc
-
-    from remat.jit import check_backend
-
     if memory_budget is None:
         raise ArgumentValueError("memory.plan_report: memory_budget=None plans nothing; pass a budget, "
                                  "e.g. memory_budget='300MiB' or memory_budget=0.5")
@@ -555,7 +551,7 @@ def plan_report(fn, *args, memory_budget, strategy=None, argnums=None, backend: 
     with collect_reports() as reports, running_on(Target("xla") if backend == "xla" else NUMPY):
         prog = _program(fn, args, argnums, where="memory.plan_report", memory_budget=memory_budget,
                         strategy=strategy)
-    return dc.replace(reports[-1], kept=tuple(_residuals_of(prog)))
+    return dataclasses.replace(reports[-1], kept=tuple(_residuals_of(prog)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -622,9 +618,9 @@ def pareto(fn, *args, points: int = 20, strategy=None, argnums=None, backend: st
         least = top.base_bytes + 1
     except BudgetTooSmall as e:
         least = e.smallest_budget
-    budgets_ = np.linspace(least, top.unplanned_peak, points).round().astype(np.int64)
+    spaced = np.linspace(least, top.unplanned_peak, points).round().astype(np.int64)
     reports = []
-    for b in dict.fromkeys(int(b) for b in budgets_[:-1]):
+    for b in dict.fromkeys(int(b) for b in spaced[:-1]):
         try:
             reports.append(plan_report(fn, *args, memory_budget=b, strategy=strategy, **options))
         except ArgumentValueError:  # a forced strategy that misses this budget: no point
