@@ -495,3 +495,19 @@ def test_a_plan_over_by_the_targets_count_is_planned_again_below_its_own_count()
     asked.clear()
     found = solve._checked(strategy, 100, counted.__getitem__)  # no own count: the target's
     assert asked == [100, 99, 98, 97, 96, 95] and found[-1] == (wide, 101, "found")
+
+
+def test_one_plans_search_works_out_each_exact_peak_once(monkeypatch):
+    fn, args = mlp(depth=4)
+    g = rm.make_graph(fn)(*args)
+    plan = plan_sqrt(g)
+    counted = []
+    real = peaks.step_peak
+    monkeypatch.setattr(peaks, "step_peak", lambda *a: counted.append(a[1]) or real(*a))
+    first = peaks.total_peak(g, plan)
+    assert peaks.total_peak(g, plan) == first and len(counted) == 2  # outside a search: each time
+    with peaks.planning():
+        assert peaks.total_peak(g, plan) == first == peaks.total_peak(g, plan)
+        assert stages(g) is stages(g)
+    assert len(counted) == 3
+    assert stages(g) is not stages(g) and stages(g) == stages(g)

@@ -39,7 +39,7 @@ from remat.planner import budget as budgets
 from remat.planner import plan_cache, sqrt
 from remat.planner import target as targets
 from remat.planner.cost import cost, flops
-from remat.planner.peak import ALL, Step, StepCount, activation_bytes, base_bytes, step_graph, total_peak
+from remat.planner.peak import ALL, Step, StepCount, activation_bytes, base_bytes, planning, step_graph, total_peak
 from remat.planner.plan import NO_PLAN, Plan, apply
 from remat.planner.report import PlanReport, PlanWarning, extra_cost, extra_flops, recomputed_values
 from remat.planner.target import Target
@@ -94,7 +94,8 @@ def _stored_or_planned(key: tuple, graph: Graph, memory_budget, strategy, step: 
     if stored is not None:
         return dataclasses.replace(stored, solver_time=time.perf_counter() - started,
                                    solver_status=f"{stored.solver_status}; read from the plan cache")
-    report = _plan(graph, memory_budget, strategy, step, target)
+    with planning():
+        report = _plan(graph, memory_budget, strategy, step, target)
     plan_cache.store(name, report)
     return report
 

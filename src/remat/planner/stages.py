@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from remat.graph import Graph, Var
 from remat.planner.cost import node_cost
-from remat.planner.peak import ALL, Step, traced_step
+from remat.planner.peak import ALL, Step, once, traced_step
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,12 @@ def cuts(graph: Graph) -> list[int]:
 
 
 def stages(graph: Graph, step: Step = ALL) -> list[Stage]:
-    """The graph's stages, in order (see the module docstring)."""
+    """The graph's stages, in order (see the module docstring); read them, do not change them
+    (within one plan's search each caller gets the same list, `peak.once`)."""
+    return once(("stages", graph, step), lambda: _stages(graph, step))
+
+
+def _stages(graph: Graph, step: Step) -> list[Stage]:
     cross = crossing_bytes(graph)
     kept = traced_step(graph, step).kept()
     kept_of = [0] * len(graph.nodes)
