@@ -19,11 +19,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from remat import argcheck, backends, dtypes, policies, tree
+from remat import argcheck, backends, dtypes, tree
 from remat.autodiff import check_aux_pair, vjp
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Node, Var
-from remat.jit import call_traced
 from remat.ops.core import OPS, BlockJVP
 from remat.trace import Tensor, argument, asarray, bind, current_trace, is_device_array, trace_function
 from remat.vectorize import align_to
@@ -177,6 +176,8 @@ def jvp(fn: Callable, primals, tangents, has_aux: bool = False):
                                     "rm.jvp(f, (x,), (t,)) for one argument")
     ps, ts = check_tangents("jvp", tuple(primals), tuple(tangents))
     if current_trace() is None:
+        from remat.jit import call_traced
+
         return call_traced(lambda p, t: _jvp_traced(fn, p, t, has_aux, tuple(primals)), (ps, ts))
     return _jvp_traced(fn, ps, ts, has_aux, tuple(primals))
 
@@ -238,6 +239,8 @@ def linearize(fn: Callable, *primals):
         _, ts = check_tangents("linearize", like, tangents, "primals", "tangents")
         ts = [_beside(p, t) for p, t in zip(ps, ts)]
         if current_trace() is None:
+            from remat.jit import call_traced
+
             return call_traced(lambda r, t: _run_linear(linear, r, t, out_vaxes, traced.out_tree), (residuals, ts))
         return _run_linear(linear, residuals, ts, out_vaxes, traced.out_tree)
 
@@ -358,6 +361,8 @@ def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:
     """A checkpoint reading tangents as two checkpoints: the known one computes the primal
     outputs and the body values its policy saves that the tangents need; the linear one
     recomputes everything else from the block's inputs and those saved values."""
+    from remat import policies
+
     body, saved, policy = node.params["body"], node.params["saved"], node.params["policy"]
     n_out = len(body.outputs) - node.params.get("num_residuals", 0)
     known_pos = [i for i, v in enumerate(node.inputs) if v not in unknown]
@@ -382,6 +387,8 @@ def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:
 def _saved_by_policy(primal_nodes: list, tangent_nodes: list, chooser) -> list[Var]:
     """The primal values to keep: walking back from what the tangent nodes read, a value made
     by a node the policy saves is kept, any other is recomputed from its own inputs."""
+    from remat import policies
+
     needed = {v for n in tangent_nodes for v in n.inputs}
     kept: list[Var] = []
     for node in reversed(primal_nodes):

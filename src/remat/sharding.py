@@ -36,7 +36,6 @@ from remat import argcheck, tree
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError
 from remat.ops.core import declare, linear_jvp
 from remat.trace import Tensor, asarray, bind, is_device_array
-from remat.vectorize import RULES
 
 # ---------------------------------------------------------------- the spec, as op data
 
@@ -205,6 +204,8 @@ def _vectorized(op, tensors, params, names):
 
 
 def _register_vmap_rule() -> None:
+    from remat.vectorize import RULES
+
     RULES["shard"] = _vectorized
 
 
