@@ -20,6 +20,7 @@ from remat.errors import (
     ArgumentTypeError,
     ArgumentValueError,
     BudgetTooSmall,
+    CapTooSmall,
     DTypeError,
     IndexOutOfRange,
     RematError,

@@ -49,6 +49,17 @@ class BudgetTooSmall(ArgumentValueError):
         self.smallest_budget = smallest_budget
 
 
+class CapTooSmall(ArgumentValueError):
+    """A `memory_cap` below what one point of the program needs at once, with everything that can
+    be evicted evicted: that node's operands and results, and what cannot be recomputed (a
+    donated argument, what a running loop keeps between its steps). `smallest_cap` is that need,
+    in bytes: the least cap that gets past this point."""
+
+    def __init__(self, message: str, smallest_cap: int, source: str | None = None):
+        super().__init__(message, source)
+        self.smallest_cap = smallest_cap
+
+
 class IndexOutOfRange(RematError, IndexError):
     """A concrete index outside the axis it indexes."""
 

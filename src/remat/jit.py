@@ -22,11 +22,14 @@ import numpy as np
 
 from remat import argcheck, backends, dtypes, sharding, tree
 from remat import precision as matmul_precision
+from remat.backends.capped import Cap
 from remat.backends.host_slices import host_slices
+from remat.backends.numpy import SCOPED_CAP
 from remat.backends.xla_offsets import offsets_at_run_time
 from remat.errors import ArgumentTypeError, ArgumentValueError, callable_name
 from remat.graph import type_str
-from remat.planner.budget import misplaced
+from remat.planner.budget import misplaced, parse_cap
+from remat.planner.cost import WEIGHTS, node_cost
 from remat.planner.target import Target
 from remat.planner.target import running_on as planned_for
 from remat.trace import (
@@ -73,7 +76,7 @@ class Lowered:
 
     def __init__(self, traced: Traced, backend: str, options: dict, in_tree: tree.TreeDef,
                  in_signature: tuple, name: str, has_static: bool = False, shardings: tuple | None = None,
-                 donated: tuple[int, ...] = ()):
+                 donated: tuple[int, ...] = (), memory_cap: Cap | None = None):
         self.traced = traced
         self.graph = traced.graph
         self.backend = backend
@@ -99,6 +102,8 @@ class Lowered:
             donated = tuple(k for k, (pos, axis, _, _) in enumerate(self._host.inputs)
                             if axis is None and pos in donated)
         extra = {"donated": donated} if donated else {}
+        if memory_cap is not None:
+            extra["memory_cap"] = memory_cap
         self._program = backends.get(backend).lower(graph, **options, **placed, **extra)
 
     def as_text(self) -> str:
@@ -122,6 +127,7 @@ class Compiled:
         if lowered._host is not None:
             self._run = lowered._host.wrap(self._run)
         self._wrap = lowered.traced.wrap_outputs
+        self._xla = lowered.backend == "xla"
 
     @property
     def last_memory(self):
@@ -143,6 +149,11 @@ class Compiled:
 
     def call_flat(self, leaves: list):
         """Run on argument leaves already known to match the signature (no checks)."""
+        if self._xla and SCOPED_CAP.get() is not None:
+            raise ArgumentValueError(
+                f"{self.lowered.name}: an XLA program called inside `with rm.memory.cap(...)`; the cap is the NumPy "
+                "evaluator's, which runs node by node and can evict and recompute: XLA allocates its buffers itself. "
+                "Call it outside the scope, or jit it with backend='numpy'")
         outs = self._run(*[_raw(x) for x in leaves])
         return self._wrap([Tensor._concrete(_array(o)) for o in outs])
 
@@ -217,8 +228,9 @@ class Jitted:
     def __init__(self, fn: Callable, backend: str, static_argnums: tuple[int, ...],
                  static_argnames: tuple[str, ...], options: dict,
                  shardings: sharding.JitShardings | None = None,
-                 donate: tuple[tuple[int, ...], tuple[str, ...]] = ((), ())):
+                 donate: tuple[tuple[int, ...], tuple[str, ...]] = ((), ()), memory_cap: Cap | None = None):
         backends.get(backend)
+        self.memory_cap = memory_cap
         self.fn = fn
         self.donate_argnums, self.donate_argnames = donate
         self.shardings = shardings
@@ -286,7 +298,7 @@ class Jitted:
             shapes = [v.shape for v in traced.graph.outputs]
             placed = ins, self.shardings.outputs(traced.out_tree, shapes, mesh, callable_name(self.fn))
         return Lowered(traced, self.backend, self.options, treedef, signature, self._name, bool(static), placed,
-                       self._donated(dynamic, kwargs))
+                       self._donated(dynamic, kwargs), self.memory_cap)
 
     def _donated(self, dynamic, kwargs) -> tuple[int, ...]:
         """The positions, among the argument leaves (the program's inputs), of the donated ones."""
@@ -416,7 +428,7 @@ def call_traced(fn: Callable, args: tuple):
 
 def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames=(),
         precision: str | None = None, in_shardings=None, out_shardings=None, donate_argnums=(),
-        donate_argnames=(), memory_budget=None, strategy=None) -> Jitted:
+        donate_argnames=(), memory_budget=None, strategy=None, memory_cap=None) -> Jitted:
     """Trace `fn` once per signature (pytree structure, shapes, dtypes, static values with their
     types) and run it on `backend` ("numpy" or "xla"; on XLA, one executable).
     A static argument may be given by position or by name whichever list names it.
@@ -431,6 +443,11 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames
     `jax.jit`: the program may write its results into them (on XLA a donated `jax.Array` is
     deleted by the call; on NumPy the evaluator writes elementwise results into a donated array
     once nothing else reads it, and counts it among the run's buffers).
+    `memory_cap` (NumPy only: bytes, `"200MiB"`) bounds the buffers a call holds: when a node's
+    results would cross it, the evaluator evicts values it can recompute and recomputes them
+    when read again, with no plan and no checkpoint (remat/backends/capped.py); a cap too small
+    for some point of the program raises `rm.CapTooSmall`. Called inside another traced
+    function, a jitted function is inlined, and runs under that program's cap.
 
     >>> import remat as rm
     >>> f = rm.jit(lambda x: x * 2.0)
@@ -445,7 +462,23 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames
     precision = matmul_precision.canonical(precision, "jit")  # checked on NumPy too, which is always exact
     options = {} if backend == "numpy" else {"precision": precision}
     donate = _donated_arguments(fn, donate_argnums, donate_argnames, nums, names)
-    return Jitted(fn, backend, nums, names, options, _shardings(backend, in_shardings, out_shardings), donate)
+    if memory_cap is not None and backend != "numpy":
+        raise ArgumentValueError(
+            f"jit: memory_cap given with backend={backend!r}; a cap is kept by the NumPy evaluator, which runs node "
+            "by node and can evict and recompute: XLA allocates its buffers itself. Pass backend='numpy', or plan "
+            "the step for XLA with rm.grad(f, memory_budget=...)")
+    return Jitted(fn, backend, nums, names, options, _shardings(backend, in_shardings, out_shardings), donate,
+                  None if memory_cap is None else memory_cap_of(memory_cap, "jit"))
+
+
+def _numpy_time(node) -> float:
+    return node_cost(node, WEIGHTS["numpy"])
+
+
+def memory_cap_of(value, where: str) -> Cap:
+    """`memory_cap=` as the evaluator takes it: the bytes, and what recomputing a node costs by
+    the planner's model of the NumPy evaluator (one function: its costs are cached per graph)."""
+    return Cap(parse_cap(value, where), _numpy_time)
 
 
 def _donated_arguments(fn, donate_argnums, donate_argnames, static_nums, static_names):

@@ -18,9 +18,11 @@ arguments `argnums`), with a cotangent of ones for each output.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +30,10 @@ import numpy as np
 from remat import argcheck, dtypes, timeline, tree
 from remat.autodiff import vjp
 from remat.backends import numpy as evaluator
+from remat.backends.capped import Cap
 from remat.errors import ArgumentTypeError, ArgumentValueError, BudgetTooSmall
 from remat.graph import Graph, Node, Var, type_str
-from remat.jit import bind_static, check_backend
+from remat.jit import bind_static, check_backend, memory_cap_of
 from remat.planner import budget as budgets
 from remat.planner.report import PlanReport, PlanWarning
 from remat.planner.solve import collect_reports
@@ -252,12 +255,15 @@ def _size(n: int) -> str:
 @dataclasses.dataclass(frozen=True)
 class Event:
     """One node of a run (a block's body nodes come before the block): live bytes after it, and
-    the most bytes live while it ran."""
+    the most bytes live while it ran. Under a memory cap, the values evicted to make room for it
+    and the nodes run again to bring back what it reads, each named by its node's label."""
 
     label: str
     live: int
     high: int
     phase: str  # "forward" or "backward"
+    evicted: tuple[str, ...] = ()
+    recomputed: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,6 +306,17 @@ class Profile:
     timeline: list[Event]
     backend: str
     xla: XlaFigure | None = None
+    memory_cap: int | None = None
+
+    @property
+    def evictions(self) -> int:
+        """Buffers evicted under the memory cap (0 without one)."""
+        return sum(len(e.evicted) for e in self.timeline)
+
+    @property
+    def recomputations(self) -> int:
+        """Nodes run again under the memory cap to bring back evicted values (0 without one)."""
+        return sum(len(e.recomputed) for e in self.timeline)
 
     @property
     def predicted(self) -> bool:
@@ -314,7 +331,9 @@ class Profile:
     def __str__(self) -> str:
         b = self.backward_start
         split = f", backward from node {b}" if b is not None else ""
-        return f"Profile({self.backend}: peak {_size(self.peak_bytes)} over {len(self.timeline)} nodes{split})"
+        capped = "" if self.memory_cap is None else (
+            f"; cap {_size(self.memory_cap)}: {self.evictions} evictions, {self.recomputations} recomputations")
+        return f"Profile({self.backend}: peak {_size(self.peak_bytes)} over {len(self.timeline)} nodes{split}{capped})"
 
     __repr__ = __str__
 
@@ -324,13 +343,19 @@ class Profile:
 
 
 class _Recorder:
-    """Wraps the evaluator's Memory: also records the high-water mark between two marks."""
+    """Wraps the evaluator's Memory: also records the high-water mark between two marks, and
+    under a cap what was evicted and recomputed since the last mark."""
 
     def __init__(self, memory):
         self.memory = memory
         self.highs: list[int] = []
+        self.evicted: list[tuple[str, ...]] = []
+        self.recomputed: list[tuple[str, ...]] = []
         self._high = 0
         memory_hold = memory.hold
+        record: list[tuple[str, str]] = []
+        if memory.cap is not None:
+            memory.record = record
 
         def hold(a):
             memory_hold(a)
@@ -340,17 +365,23 @@ class _Recorder:
             memory.timeline.append(memory.live)
             self.highs.append(self._high)
             self._high = memory.live
+            self.evicted.append(tuple(lab for what, lab in record if what == "evicted"))
+            self.recomputed.append(tuple(lab for what, lab in record if what == "recomputed"))
+            record.clear()
 
         memory.hold, memory.mark = hold, mark
 
 
 def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, static_argnums=(),
-            memory_budget=None, strategy=None):
+            memory_budget=None, strategy=None, memory_cap=None):
     """Run one gradient step of `fn(*args)` (with `grad=False`: `fn` itself) on `backend` and
     report the live bytes it holds: the arrays it allocates, not its arguments. Arguments at
     `static_argnums` are passed as the Python values they are, as `rm.jit` passes them;
     `argnums` counts every argument, static ones included. With `memory_budget` (and
-    `strategy`), the step is the one planned for that budget, as `rm.grad` plans it.
+    `strategy`), the step is the one planned for that budget, as `rm.grad` plans it. With
+    `memory_cap` (NumPy only), the step runs under that cap as `rm.jit(..., memory_cap=)` runs
+    it, evicting and recomputing: each Event names the values evicted to make room for its node
+    and the nodes run again to bring back what it reads; the Profile counts them.
 
     >>> import remat as rm
     >>> p = rm.memory.profile(lambda x: rm.sum(rm.tanh(x) * 2.0), rm.ones((256,)))
@@ -359,12 +390,17 @@ def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, 
     """
     check_backend(backend, "memory.profile")
     fn, args, argnums = bind_static(fn, args, static_argnums, argnums, "memory.profile")
+    if memory_cap is not None and backend != "numpy":
+        raise ArgumentValueError(
+            f"memory.profile: memory_cap given with backend={backend!r}; a cap is kept by the NumPy evaluator, "
+            "which runs node by node and can evict and recompute: XLA allocates its buffers itself")
+    cap_ = None if memory_cap is None else memory_cap_of(memory_cap, "memory.profile")
     prog = _program(fn, args, argnums, grad, "memory.profile", memory_budget, strategy)
-    return _profile_numpy(prog) if backend == "numpy" else _profile_xla(prog)
+    return _profile_numpy(prog, cap_) if backend == "numpy" else _profile_xla(prog)
 
 
-def _profile_numpy(prog: _Program) -> Profile:
-    memory = evaluator.Memory()
+def _profile_numpy(prog: _Program, memory_cap: Cap | None = None) -> Profile:
+    memory = evaluator.Memory() if memory_cap is None else memory_cap.memory()
     recorder = _Recorder(memory)
     for a in prog.arrays:
         memory.external(a)
@@ -372,9 +408,9 @@ def _profile_numpy(prog: _Program) -> Profile:
     labels = _evaluation_order(prog.graph, prog.n_forward)
     if len(labels) != len(memory.timeline):  # the evaluator marks differently: unlabelled steps
         labels = [("", "forward")] * len(memory.timeline)
-    events = [Event(lab, live, high, phase)
-              for (lab, phase), live, high in zip(labels, memory.timeline, recorder.highs)]
-    return Profile(memory.peak, events, "numpy")
+    events = [Event(lab, live, high, phase, ev, rc) for (lab, phase), live, high, ev, rc
+              in zip(labels, memory.timeline, recorder.highs, recorder.evicted, recorder.recomputed)]
+    return Profile(memory.peak, events, "numpy", memory_cap=None if memory_cap is None else memory_cap.bytes)
 
 
 def _evaluation_order(graph: Graph, n_forward: int, phase: str | None = None) -> list[tuple[str, str]]:
@@ -494,6 +530,12 @@ def _panel(ax, label: str, prof: Profile) -> None:
     if prof.xla is not None:
         ax.hlines(prof.xla.high / _MIB, 0, max(n, 1), color="k", lw=1.1,
                   label="held while the step runs: measured, XLA's buffer report (temporaries + outputs)")
+    if prof.memory_cap is not None:
+        ax.hlines(prof.memory_cap / _MIB, 0, max(n, 1), color="C3", lw=1, ls=":", label="the memory cap")
+        again = [i + 0.5 for i, e in enumerate(prof.timeline) if e.recomputed]
+        if again:
+            ax.plot(again, [0.0] * len(again), "|", color="C3", ms=9, clip_on=False,
+                    label=f"nodes whose operands were recomputed ({prof.recomputations} nodes run again)")
     _phase_labels(ax, prof.backward_start, n)
     name = f"{label}: " if label else ""
     how = " (XLA's buffer report)" if prof.xla is not None else ""
@@ -627,6 +669,34 @@ def pareto(fn, *args, points: int = 20, strategy=None, argnums=None, backend: st
             if strategy is None:
                 raise
     return Pareto((*reports, top))
+
+
+# ---------------------------------------------------------------- a cap for a region
+
+
+@contextlib.contextmanager
+def cap(memory_cap) -> Iterator[None]:
+    """Every program the NumPy evaluator runs inside the block holds at most `memory_cap` bytes
+    of its own buffers (`"200MiB"`, an int), evicting and recomputing as
+    `rm.jit(f, memory_cap=...)` does: an eager `rm.grad`, an eager checkpoint, a jitted NumPy
+    function (under the smaller of this cap and its own). Single eager ops hand their results to
+    the caller and hold nothing. Nested blocks: the smallest cap holds. An XLA program called
+    inside raises: XLA allocates its buffers itself.
+
+    >>> import remat as rm
+    >>> f = rm.grad(lambda x: rm.sum(rm.tanh(rm.tanh(x) * 2.0)))
+    >>> with rm.memory.cap("64KiB"):
+    ...     g = f(rm.ones((4096,)))
+    >>> g.shape
+    (4096,)
+    """
+    new = memory_cap_of(memory_cap, "memory.cap")
+    outer = evaluator.SCOPED_CAP.get()
+    token = evaluator.SCOPED_CAP.set(new if outer is None or new.bytes < outer.bytes else outer)
+    try:
+        yield
+    finally:
+        evaluator.SCOPED_CAP.reset(token)
 
 
 def available(cap=None) -> int:

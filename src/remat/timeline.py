@@ -26,11 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from remat.backends.numpy import IMPLS, last_uses
+from remat.backends.numpy import IDENTITIES, IMPLS, VIEWS, last_uses
 from remat.graph import Graph, Node, Var
 
-_VIEWS = {"reshape", "permute_dims", "broadcast_to", "slice", "flip"}
-_IDENTITIES = {"stop_gradient", "checkpoint_name", "barrier", "shard"}  # output k is input k
 _INLINE = {"checkpoint", "custom_vjp"}  # blocks whose body runs once, in place
 
 
@@ -128,9 +126,9 @@ class _Model:
     def apply(self, node: Node, ins: list[_Value], dying: list[tuple[Var, _Value]]) -> list[_Value]:
         if node.op in _INLINE:
             return self.block(node.params["body"], ins)
-        if node.op in _IDENTITIES:
+        if node.op in IDENTITIES:
             return ins
-        if node.op in _VIEWS:
+        if node.op in VIEWS:
             return [_view(node, ins[0])]
         donated = _donation(node, dying)
         return [donated] if donated else [_Value(_Buffer(v.nbytes)) for v in node.outputs]

@@ -4,12 +4,12 @@ and counting the bytes it holds, so the peak it reports is what the schedule rea
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 
 import numpy as np
 
 from remat.backends import blas, low_precision, numpy_linalg, threefry
 from remat.graph import Graph, Var
-from remat.loops import numpy_impl
 
 
 def _slice(x, *, start, stop, step):
@@ -130,11 +130,6 @@ IMPLS: dict[str, Callable] = {
     "random_uniform": _random_uniform,
     "random_normal": lambda key, *, shape, dtype: threefry.normal(np, _u32(key), shape, dtype),
     "random_fold_in": _random_fold_in,
-    "scan": numpy_impl.scan,
-    "scan_binomial": numpy_impl.scan_binomial,
-    "while": numpy_impl.while_loop,
-    "cond": numpy_impl.cond,
-    "while_gradient": numpy_impl.while_gradient,
     # LAPACK through np.linalg (SciPy's triangular solve); a matrix LAPACK refuses gives NaN, as on XLA
     "solve": numpy_linalg.solve,
     "triangular_solve": numpy_linalg.triangular_solve,
@@ -147,7 +142,19 @@ IMPLS: dict[str, Callable] = {
 }
 
 # ops that run sub-graphs and so take the memory counter
-_BLOCKS = {"checkpoint", "custom_vjp", "custom_jvp", "scan", "scan_binomial", "while", "cond"}
+_BLOCKS = {"checkpoint", "custom_vjp", "custom_jvp"}
+
+
+def register(op: str, impl: Callable, runs_graphs: bool = False) -> None:
+    """A block's module gives the evaluator its implementation (the loops: loops/numpy_impl.py);
+    `runs_graphs`: it runs sub-graphs, and takes the run's Memory as `memory=`."""
+    IMPLS[op] = impl
+    if runs_graphs:
+        _BLOCKS.add(op)
+# ops whose result is a view of their operand's buffer (a reshape NumPy cannot do in place copies),
+# and those whose result k is their operand k itself: neither allocates
+VIEWS = frozenset({"reshape", "permute_dims", "broadcast_to", "slice", "flip"})
+IDENTITIES = frozenset({"stop_gradient", "checkpoint_name", "barrier", "shard"})
 
 
 def apply(op: str, values: list[np.ndarray], params: dict, avals, memory=None, out=None) -> list[np.ndarray]:
@@ -167,6 +174,8 @@ def apply(op: str, values: list[np.ndarray], params: dict, avals, memory=None, o
 class Memory:
     """Live bytes of the buffers a run allocated. Views share their base buffer's count, and
     arrays the caller passed in (inputs, constants) are not the run's to count."""
+
+    cap: int | None = None  # a CappedMemory's (backends/capped.py), which runs graphs itself
 
     def __init__(self):
         self.live = 0
@@ -256,6 +265,8 @@ def run(graph: Graph, args, memory: Memory | None = None, frees: list[list[Var]]
     """Evaluate `graph` on arrays `args`. Iterative over nodes; buffers die at their last use.
     `frees` is `last_uses(graph)`, for a loop that runs one graph many times."""
     memory = memory or Memory()
+    if memory.cap is not None:  # dynamic rematerialization (backends/capped.py)
+        return memory.run(graph, args, frees)
     env: dict[Var, np.ndarray] = dict(graph.constants)
     for a in graph.constants.values():
         memory.external(a)
@@ -290,33 +301,41 @@ def _donation(node, dead: list[Var], env: dict, memory: Memory) -> np.ndarray | 
     return None
 
 
+# The cap of a `with rm.memory.cap(...)` scope: a `backends.capped.Cap` every program compiled
+# here runs under, with its own cap if that is smaller.
+SCOPED_CAP: ContextVar = ContextVar("remat_memory_cap", default=None)
+
+
 class Program:
     """What `lower` gives: the graph itself, which is the program this backend runs."""
 
-    def __init__(self, graph: Graph, donated: tuple[int, ...] = ()):
+    def __init__(self, graph: Graph, donated: tuple[int, ...] = (), memory_cap=None):
         self.graph = graph
         self.donated = donated
+        self.memory_cap = memory_cap
 
     def __str__(self) -> str:
         return str(self.graph)
 
     def compile(self) -> Callable:
-        return compile(self.graph, self.donated)
+        return compile(self.graph, self.donated, self.memory_cap)
 
 
-def lower(graph: Graph, donated: tuple[int, ...] = ()) -> Program:
-    return Program(graph, donated)
+def lower(graph: Graph, donated: tuple[int, ...] = (), memory_cap=None) -> Program:
+    return Program(graph, donated, memory_cap)
 
 
-def compile(graph: Graph, donated: tuple[int, ...] = ()) -> Callable:
+def compile(graph: Graph, donated: tuple[int, ...] = (), memory_cap=None) -> Callable:
     """A callable running `graph` on NumPy arrays; `.last_memory` holds its latest Memory. The
-    inputs at `donated` are the run's: counted, freed after their last use, written into."""
+    inputs at `donated` are the run's: counted, freed after their last use, written into.
+    `memory_cap` (a `backends.capped.Cap`) bounds the bytes the run holds: see backends/capped.py."""
 
     def call(*args):
         # A JAX array on the CPU becomes a read-only view of its own buffer, not a copy; what
         # the run counts and frees are NumPy arrays, so the conversion comes first.
         arrays = [np.asarray(a) for a in args]
-        memory = Memory()
+        caps = [c for c in (memory_cap, SCOPED_CAP.get()) if c is not None]
+        memory = min(caps, key=lambda c: c.bytes).memory() if caps else Memory()
         for k, a in enumerate(arrays):
             if k not in donated:
                 memory.external(a)

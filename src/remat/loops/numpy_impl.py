@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from remat.backends.numpy import Memory, last_uses, register, run
 from remat.graph import Graph, Var
 from remat.loops import revolve
 from remat.loops.revolve import actions, first_descent
@@ -16,8 +17,6 @@ from remat.loops.while_loop import refuse
 def _memory(memory, args):
     """The run's counter; a block run on its own (eagerly) gets one that knows its operands are
     the caller's, so that no op of the body overwrites them in place."""
-    from remat.backends.numpy import Memory
-
     return memory if memory is not None else Memory.of_caller(args)
 
 
@@ -35,8 +34,6 @@ def _distinct(graph: Graph) -> dict[Var, int]:
 
 def scan(*args, body: Graph, length: int, reverse: bool, num_carry: int, num_xs: int, unroll: int = 1,
          checkpoint=None, snapshots: tuple[int, ...] | None = None, skip_last: bool = False, memory=None):
-    from remat.backends.numpy import last_uses, run
-
     memory = _memory(memory, args)
     sweep = None if snapshots is None else _Sweep(snapshots, length, memory)
     frees = last_uses(body)  # once, not once per step
@@ -103,8 +100,6 @@ class _Binomial:
 
     def __init__(self, args, advance: Graph, step: Graph, length: int, reverse: bool, nc: int, nx: int,
                  n_inv: int, num_float: int, num_x_cts: int, memory, positions: tuple[int, ...] | None = None):
-        from remat.backends.numpy import last_uses
-
         self.advance, self.step, self.memory, self.length, self.reverse = advance, step, memory, length, reverse
         self.frees = (last_uses(advance), last_uses(step))
         n_state = nc if positions is None else 2 * nc
@@ -137,8 +132,6 @@ class _Binomial:
 
     def _run(self, graph: Graph, args) -> list[np.ndarray]:
         """`run`, with one hold per output position (a Var returned twice is held twice)."""
-        from remat.backends.numpy import run
-
         outs = run(graph, args, self.memory, self.frees[graph is self.step])
         first = _distinct(graph)
         self._own([o for k, o in enumerate(outs) if first[graph.outputs[k]] != k])
@@ -214,8 +207,6 @@ def scan_binomial(*args, advance: Graph, step: Graph, length: int, reverse: bool
 
 
 def while_loop(*args, cond: Graph, body: Graph, num_carry: int, memory=None):
-    from remat.backends.numpy import last_uses, run
-
     memory = _memory(memory, args)
     cond_frees, body_frees = last_uses(cond), last_uses(body)
     nc, n_cond = num_carry, len(cond.inputs) - num_carry
@@ -248,3 +239,8 @@ def cond(index, *operands, memory=None, num_residuals=0, **branches: Graph):
 
 def while_gradient(*cotangents, source: str | None, outputs: int):
     refuse(source=source)  # a gradient that needs a while loop's cotangents: the error, at last
+
+
+for _op, _impl in {"scan": scan, "scan_binomial": scan_binomial, "while": while_loop, "cond": cond,
+                   "while_gradient": while_gradient}.items():
+    register(_op, _impl, runs_graphs=_op != "while_gradient")

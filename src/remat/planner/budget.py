@@ -52,10 +52,10 @@ class Budget:
         return f"Budget(bytes={self.bytes})" if self.bytes is not None else f"Budget(fraction={self.fraction:g})"
 
 
-def parse_budget(value, where: str = "grad") -> Budget:
-    """`value` as a Budget, or an error naming `where`, `memory_budget`, the value, and the forms
-    it takes."""
-    at = f"{where}: memory_budget="
+def parse_budget(value, where: str = "grad", name: str = "memory_budget") -> Budget:
+    """`value` as a Budget, or an error naming `where`, the parameter `name`, the value, and the
+    forms it takes."""
+    at = f"{where}: {name}="
     if isinstance(value, (bool, np.bool_)):
         raise ArgumentTypeError(f"{at}{value!r} is a bool; pass {_FORMS}")
     if isinstance(value, (int, np.integer)):
@@ -103,6 +103,23 @@ def _text(text: str, said: str) -> Budget:
     if math.isinf(number * _UNITS[unit]):
         raise ArgumentValueError(f"{said} is too large to be an amount of memory")
     return _bytes(math.floor(number * _UNITS[unit]), said)
+
+
+def parse_cap(value, where: str) -> int:
+    """`memory_cap=` in bytes: written as a budget's bytes are, never as a fraction (a cap holds
+    while the program runs, where there is no unplanned peak to take a fraction of).
+
+    >>> parse_cap("200MiB", "jit"), parse_cap(4096, "jit")
+    (209715200, 4096)
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating, str)):
+        raise ArgumentTypeError(f"{where}: memory_cap={_short(value)} has type {type(value).__name__}; pass an int "
+                                "of bytes or a string such as '200MiB'")
+    if isinstance(value, (float, np.floating)) or isinstance(value, str) and value.strip().endswith("%"):
+        raise ArgumentValueError(f"{where}: memory_cap={value!r} is a fraction; a cap is bytes, an int or a string "
+                                 "such as '200MiB': it holds while the program runs, where there is no unplanned "
+                                 "peak to take a fraction of")
+    return parse_budget(value, where, "memory_cap").bytes
 
 
 def parse_strategy(value, where: str = "grad") -> str:

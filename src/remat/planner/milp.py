@@ -69,6 +69,7 @@ import numpy as np
 from scipy import optimize, sparse
 
 from remat import dtypes
+from remat.backends.numpy import IDENTITIES, VIEWS  # the evaluator's aliasing
 from remat.graph import Graph, Node, Var
 from remat.planner.cost import node_cost
 from remat.planner.peak import ALL, Step, total_peak, traced_step
@@ -76,7 +77,7 @@ from remat.planner.plan import NO_PLAN, Block, Plan
 from remat.planner.report import extra_cost
 from remat.planner.sqrt import segment_plans
 from remat.planner.stages import Stage, merged, stages
-from remat.timeline import _IDENTITIES, _INLINE, _VIEWS  # the evaluator's aliasing, as timeline models it
+from remat.timeline import _INLINE
 
 _DOTS = frozenset({"matmul"})  # einsum and tensordot are composed from matmul
 _MIB = float(2**20)  # the program counts MiB: HiGHS is happier with coefficients near 1
@@ -287,7 +288,7 @@ def _roots(graph: Graph, given: dict[Var, Var | None] | None = None) -> dict[Var
     root: dict[Var, Var | None] = dict.fromkeys([*graph.inputs, *graph.constants])
     root.update(given or {})
     for node in graph.nodes:
-        if node.op in _VIEWS or node.op in _IDENTITIES:
+        if node.op in VIEWS or node.op in IDENTITIES:
             root.update((o, root.get(i)) for o, i in zip(node.outputs, node.inputs))
         elif node.op in _INLINE:
             body = node.params["body"]
@@ -306,7 +307,7 @@ def _needs(graph: Graph, node: Node, used: set[Var]) -> tuple[set[Var], int]:
     """The inputs and outputs of `node` its VJP reads, and the bytes of the other values it keeps
     (a custom_vjp's residuals), found by tracing the gradient of the node alone, seeding the
     outputs that are `used` (an unused output's cotangent path may read more)."""
-    if node.op in _VIEWS or node.op in _IDENTITIES or not any(dtypes.is_float(v.dtype) for v in node.inputs):
+    if node.op in VIEWS or node.op in IDENTITIES or not any(dtypes.is_float(v.dtype) for v in node.inputs):
         return set(), 0
     consts = {v: graph.constants[v] for v in node.inputs if v in graph.constants}
     ins = list(dict.fromkeys(v for v in node.inputs if v not in consts))
