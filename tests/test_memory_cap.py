@@ -4,7 +4,10 @@ bit what the uncapped run computes."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -301,3 +304,16 @@ def test_a_cap_is_given_to_the_backend_as_bytes_and_the_planners_numpy_costs():
     costs = [cap.cost(n) for n in g.nodes]
     assert costs == [node_cost(n, WEIGHTS["numpy"]) for n in g.nodes]
     assert costs[0] > costs[1] > 0  # the product dearer than the tanh
+
+
+@pytest.mark.claims
+def test_the_benchmark_runs_each_model_under_its_cap_bit_for_bit(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_cap.py"
+    out = tmp_path / "cap.md"
+    done = subprocess.run([sys.executable, str(script), "--quick", "--rounds", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = out.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| run")]
+    assert sum(r.startswith("| memory_cap |") for r in rows) == 2
+    assert rows and all(r.endswith("| bit-identical |") for r in rows)
