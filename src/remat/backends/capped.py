@@ -18,7 +18,7 @@ was last read, a guess at how long until it is read again; an evaluator running 
 knows that second figure, so it takes it: the nodes of the schedule until the next reader
 (Belady's rule, weighed by cost). Bytes are squared (see `_time`). At a third of the unplanned
 peak, the staleness score recomputed 2.6x what the planner's plan does on a 16-layer MLP; this
-one 0.8x on the 64-layer MLP and 1.2x on the 8-block GPT-style model. Costs come from the caller
+one recomputes 0.96x on the 64-layer MLP and 1.17x on the 8-block GPT-style model. Costs come from the caller
 (`Cap.cost`: the planner's cost model), so a graph is evicted the same way every run.
 
 A value whose last reader has run is let go as in the plain run, but stays recomputable: an
@@ -129,10 +129,10 @@ class CappedMemory(Memory):
 
     def make_room(self, nbytes: int, what: Node | str) -> None:
         """Evict until `nbytes` more fit under the cap, cheapest first (see the module docstring),
-        and a little more (`HEADROOM` of the cap) while that is cheap to find: the next nodes
-        need room too, and each search scores every candidate (on the 64-layer MLP at a third
-        of its peak: 101 searches, 23% of the step's time; with the headroom 47, 11%, for 3% more
-        recomputation). `what` needs the bytes, for the error when they cannot be found."""
+        and a little more (`HEADROOM` of the cap): the next nodes need room too, and each search
+        scores the candidates. On the 64-layer MLP at a third of its peak, 101 searches took 23%
+        of the step's time; with the headroom 47 took 11%, and the recomputation grew from 0.19
+        to 0.22 of the step. `what` needs the bytes, for the error when they cannot be found."""
         if self.live + nbytes <= self.cap:
             return
         memo: dict = {}
