@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from remat import tree
+from remat.backends import numpy as evaluator
 from remat.trace import Tensor, asarray, is_array, trace_function
 
 MAX_SIGNATURES = 16  # programs kept per function, the least recently used dropped first
@@ -35,8 +36,6 @@ _PACKAGE = str(Path(__file__).resolve().parent)
 
 class _Program:
     def __init__(self, call, reads: list):
-        from remat.backends import numpy as evaluator  # it imports the loops, which import checkpoint
-
         explicit = [asarray(x) for x in call.arrays.picked]
         self.traced = trace_function(call.body, explicit, name=call.name)
         self.outputs = call.outputs  # where the Python values among the results go

@@ -9,6 +9,7 @@ trace adds an input for it once and remembers the outer tensor — that is how c
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -227,6 +228,17 @@ def bind(op: Op, *args, **params):
     return tuple(outs) if op.multiple_results else outs[0]
 
 
+# What runs an op bound outside any trace: the NumPy evaluator's `apply`, which the evaluator
+# installs when imported (`set_evaluator`; `import remat` imports it); the IR core imports no backend.
+_evaluator: Callable
+
+
+def set_evaluator(apply: Callable) -> None:
+    """`apply(op_name, arrays, params, avals) -> arrays` runs ops bound outside a trace."""
+    global _evaluator
+    _evaluator = apply
+
+
 def _eager(op: Op, tensors: list[Tensor], params: dict) -> list[Tensor]:
     for t in tensors:
         if t._trace is not None:
@@ -235,11 +247,9 @@ def _eager(op: Op, tensors: list[Tensor], params: dict) -> list[Tensor]:
                 f"ended (an escaped tracer); return it from the traced "
                 "function instead of storing it outside"
             )
-    from remat.backends.numpy import apply
-
     values = [np.asarray(t._value) for t in tensors]  # device arrays too
     avals = abstract_eval(op, [(v.shape, v.dtype) for v in values], params, user_source())
-    outs = apply(op.name, values, params, avals)
+    outs = _evaluator(op.name, values, params, avals)
     return [Tensor._concrete(o) for o in outs]
 
 

@@ -8,6 +8,7 @@ from contextvars import ContextVar
 
 import numpy as np
 
+from remat import trace
 from remat.backends import blas, low_precision, numpy_linalg, threefry
 from remat.graph import Graph, Var
 
@@ -347,3 +348,6 @@ def compile(graph: Graph, donated: tuple[int, ...] = (), memory_cap=None) -> Cal
 
     call.last_memory = None
     return call
+
+
+trace.set_evaluator(apply)  # ops bound outside a trace run here

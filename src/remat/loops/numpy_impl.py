@@ -227,8 +227,6 @@ def while_loop(*args, cond: Graph, body: Graph, num_carry: int, memory=None):
 
 
 def cond(index, *operands, memory=None, num_residuals=0, **branches: Graph):
-    from remat.backends.numpy import run
-
     memory = _memory(memory, (*operands, index))
     k = int(np.clip(index, 0, len(branches) - 1))  # as lax.switch: an index out of range is clamped
     graph = branches[f"branch{k}"]
