@@ -15,7 +15,7 @@ import numpy as np
 from remat import argcheck, backends, dtypes, tree
 from remat.accumulate import Cotangents
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, source_of
-from remat.graph import Graph, Node, Var
+from remat.graph import Graph, Node, Var, needed
 from remat.jit import call_traced
 from remat.ops.core import OPS
 from remat.planner import budget
@@ -249,22 +249,12 @@ def _cut(t, n_forward: int, kept: list[Var], grads: list[Var], n_primals: int) -
     forward Graph returning `kept` and then the residuals, and a backward Graph from the
     residuals and the cotangents to `grads`."""
     cts = t.inputs[n_primals:]
-    backward = _needed(cts, grads, t.nodes[n_forward:], t.constants)
+    backward = needed(cts, grads, t.nodes[n_forward:], t.constants)
     made = {v for n in backward.nodes for v in n.outputs} | set(cts) | set(backward.constants)
     reads = [v for n in backward.nodes for v in n.inputs] + grads
     residuals = [v for v in dict.fromkeys(reads) if v not in made]
-    forward = _needed(t.inputs[:n_primals], kept + residuals, t.nodes[:n_forward], t.constants)
+    forward = needed(t.inputs[:n_primals], kept + residuals, t.nodes[:n_forward], t.constants)
     return forward, Graph(residuals + cts, grads, backward.nodes, backward.constants)
-
-
-def _needed(inputs: list[Var], outputs: list[Var], nodes, constants: dict) -> Graph:
-    """The Graph of the `nodes` (and `constants`) that `outputs` depend on."""
-    live, kept = set(outputs), []
-    for node in reversed(nodes):
-        if any(v in live for v in node.outputs):
-            kept.append(node)
-            live.update(node.inputs)
-    return Graph(inputs, outputs, kept[::-1], {v: a for v, a in constants.items() if v in live})
 
 
 def _cotangent_leaves(cotangent, out_tree: tree.TreeDef, out_vaxes: list, out_vars: list[Var]) -> list[Tensor]:

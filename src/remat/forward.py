@@ -22,7 +22,7 @@ import numpy as np
 from remat import argcheck, backends, dtypes, tree
 from remat.autodiff import check_aux_pair, vjp
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name, source_of
-from remat.graph import Graph, Node, Var
+from remat.graph import Graph, Node, Var, needed
 from remat.ops.core import OPS, BlockJVP
 from remat.trace import Tensor, argument, asarray, bind, current_trace, is_device_array, trace_function
 from remat.vectorize import align_to
@@ -286,8 +286,8 @@ def partial_eval(g: Graph, known_inputs: set, n_out: int) -> tuple[Graph, Graph]
     read = [v for n in linear_nodes for v in n.inputs] + list(g.outputs[n_out:])
     residuals = [v for v in dict.fromkeys(read) if v not in unknown and v not in g.constants]
     known_in = [v for v in g.inputs if v in known_inputs]
-    known = _pruned(known_in, list(g.outputs[:n_out]) + residuals, known_nodes, g.constants)
-    linear = _pruned(residuals + tangent_inputs, list(g.outputs[n_out:]), linear_nodes, g.constants)
+    known = needed(known_in, list(g.outputs[:n_out]) + residuals, known_nodes, g.constants)
+    linear = needed(residuals + tangent_inputs, list(g.outputs[n_out:]), linear_nodes, g.constants)
     return known, linear
 
 
@@ -344,7 +344,7 @@ def _without_residuals(node: Node, graph_reads: frozenset | set = frozenset()) -
     if k and any(v in graph_reads for v in node.outputs[len(node.outputs) - k :]):
         params["num_residuals"], k = k, 0
     outs = body.outputs[: len(body.outputs) - k]
-    live = _pruned(body.inputs, outs, body.nodes, body.constants)
+    live = needed(body.inputs, outs, body.nodes, body.constants)
     read = {v for n in live.nodes for v in n.inputs} | set(outs)
     ins = [i for i, v in enumerate(body.inputs) if v in read]
     params["body"] = Graph([body.inputs[i] for i in ins], outs, live.nodes, live.constants)
@@ -370,15 +370,15 @@ def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:
     primal_nodes, tangent_nodes = _split_nodes(body.nodes, dep)
     kept = _saved_by_policy(primal_nodes, tangent_nodes, policies.resolve(policy))
     known_outs = [k for k in range(n_out) if body.outputs[k] not in dep]
-    known_body = _pruned([body.inputs[i] for i in known_pos], [body.outputs[k] for k in known_outs] + kept,
-                         primal_nodes, body.constants)
+    known_body = needed([body.inputs[i] for i in known_pos], [body.outputs[k] for k in known_outs] + kept,
+                        primal_nodes, body.constants)
     residuals = [Var(v.shape, v.dtype) for v in kept]
     known = Node("checkpoint", [node.inputs[i] for i in known_pos], [node.outputs[k] for k in known_outs] + residuals,
                  {"body": known_body, "saved": tuple(known_pos.index(i) for i in saved if i in known_pos),
                   "policy": policy}, node.source)
     lin_outs = [k for k in range(n_out) if body.outputs[k] in dep]
     nodes = [n for n in body.nodes if not all(v in set(kept) for v in n.outputs)]
-    lin_body = _pruned(list(body.inputs) + kept, [body.outputs[k] for k in lin_outs], nodes, body.constants)
+    lin_body = needed(list(body.inputs) + kept, [body.outputs[k] for k in lin_outs], nodes, body.constants)
     linear = Node("checkpoint", list(node.inputs) + residuals, [node.outputs[k] for k in lin_outs],
                   {"body": lin_body, "saved": saved, "policy": policy}, node.source)
     return known, linear
@@ -398,16 +398,6 @@ def _saved_by_policy(primal_nodes: list, tangent_nodes: list, chooser) -> list[V
         elif wanted:
             needed.update(node.inputs)
     return kept
-
-
-def _pruned(inputs: list[Var], outputs: list[Var], nodes: list, constants: dict) -> Graph:
-    live = set(outputs)
-    kept = []
-    for node in reversed(nodes):
-        if any(v in live for v in node.outputs):
-            kept.append(node)
-            live.update(node.inputs)
-    return Graph(inputs, outputs, kept[::-1], {v: a for v, a in constants.items() if v in live})
 
 
 # ---------------------------------------------------------------- helpers for block rules

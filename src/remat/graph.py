@@ -12,7 +12,7 @@ checkpoint) are nodes whose params hold sub-Graphs; the printer indents them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -169,6 +169,25 @@ def _short_array(a: np.ndarray) -> str:
     if a.size <= 6:
         return np.array2string(a, separator=",").replace("\n", "")
     return f"<{type_str(a.shape, a.dtype)}>"
+
+
+def live_nodes(nodes, outputs, prune: Callable | None = None) -> tuple[list[Node], set[Var]]:
+    """The nodes `outputs` depend on, in order, and the Vars those nodes and `outputs` read:
+    dead-code elimination. `prune(node, live)` narrows a node to what is read of it (a loop drops
+    the work of outputs nobody reads: `ops.core.pruned`)."""
+    live, kept = set(outputs), []
+    for node in reversed(nodes):
+        if any(v in live for v in node.outputs):
+            node = node if prune is None else prune(node, live)
+            kept.append(node)
+            live.update(node.inputs)
+    return kept[::-1], live
+
+
+def needed(inputs, outputs, nodes, constants: dict, prune: Callable | None = None) -> Graph:
+    """The Graph of the `nodes` (and `constants`) that `outputs` depend on (see `live_nodes`)."""
+    kept, live = live_nodes(nodes, outputs, prune)
+    return Graph(inputs, outputs, kept, {v: a for v, a in constants.items() if v in live})
 
 
 class GraphError(ValueError):

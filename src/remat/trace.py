@@ -17,7 +17,7 @@ import numpy as np
 
 from remat import dtypes, tree, values
 from remat.errors import ArgumentTypeError, RematError, ShapeError, TracerError, at_source, user_source
-from remat.graph import Graph, Node, Var, type_str
+from remat.graph import Graph, Node, Var, needed, type_str
 
 if TYPE_CHECKING:
     from remat.ops.core import Op
@@ -93,19 +93,10 @@ class Trace:
     def to_graph(self, outputs: list[Tensor]) -> Graph:
         """The recorded function, without nodes (and constants) that no output depends on:
         a VJP rule computes every operand's cotangent and the unwanted ones die here."""
-        from remat.ops.core import OPS  # here: importing remat.ops imports this module
+        from remat.ops.core import pruned  # here: importing remat.ops imports this module
 
         out_vars = [self.lift(t) for t in outputs]
-        live = set(out_vars)
-        kept = []
-        for node in reversed(self.nodes):
-            if any(v in live for v in node.outputs):
-                prune = OPS[node.op].prune  # a loop drops the work of outputs nobody reads
-                node = node if prune is None else prune(node, live)
-                kept.append(node)
-                live.update(node.inputs)
-        constants = {v: a for v, a in self.constants.items() if v in live}
-        return Graph(self.inputs + self.capture_vars, out_vars, kept[::-1], constants)
+        return needed(self.inputs + self.capture_vars, out_vars, self.nodes, self.constants, pruned)
 
 
 # The open traces, innermost last, of this thread or asyncio task. An immutable tuple in a

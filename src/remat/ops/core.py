@@ -10,6 +10,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from remat.graph import Node
+
 
 class Aval(NamedTuple):
     """The abstract value of a tensor: what the shape rule sees."""
@@ -73,6 +75,12 @@ class Op:
 
 
 OPS: dict[str, Op] = {}
+
+
+def pruned(node: Node, live: set) -> Node:
+    """`node` narrowed to the outputs in `live` by its op's `prune` (a loop's), or as it is."""
+    prune = OPS[node.op].prune
+    return node if prune is None else prune(node, live)
 
 
 def linear_jvp(op_name: str) -> Callable:
