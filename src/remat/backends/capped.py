@@ -104,7 +104,11 @@ class CappedMemory(Memory):
         super().__init__()
         self.cap = cap.bytes
         self.cost = cap.cost
-        self.owners: dict[int, list[tuple[_Run, Var]]] = {}  # id(base) -> the values that hold it
+        # id(base) -> the values that hold it. Kept from the first time room is short (`tracking`):
+        # a run the cap never constrains pays nothing for it.
+        self.owners: dict[int, list[tuple[_Run, Var]]] = {}
+        self.tracking = False
+        self.runs: list[_Run] = []  # the runs under way, innermost last
         self.recomputing = 0  # depth: the marks a profile records are the schedule's
         self.evictions = 0
         self.evicted_bytes = 0
@@ -117,7 +121,12 @@ class CappedMemory(Memory):
     def run(self, graph: Graph, args, frees: list[list[Var]] | None = None) -> list[np.ndarray]:
         """`backends.numpy.run` under the cap."""
         layout = _layout(graph)
-        return _Run(self, layout, graph).evaluate(args, frees or layout.frees)
+        run = _Run(self, layout, graph)
+        self.runs.append(run)
+        try:
+            return run.evaluate(args, frees or layout.frees)
+        finally:
+            self.runs.pop()
 
     def hold(self, a: np.ndarray) -> None:
         # What a loop allocates for its results arrives here already made: room, then count it.
@@ -135,6 +144,12 @@ class CappedMemory(Memory):
         to 0.22 of the step. `what` needs the bytes, for the error when they cannot be found."""
         if self.live + nbytes <= self.cap:
             return
+        if not self.tracking:
+            self.tracking = True
+            for run in self.runs:
+                for v, a in run.env.items():
+                    if a is not None:
+                        run.own(v, a)
         memo: dict = {}
         ahead = int(self.cap * HEADROOM)
         for key in self._cheapest(memo):
@@ -318,10 +333,15 @@ class _Run:
             self.unlock(v)
 
     def keep(self, v: Var, a: np.ndarray) -> None:
-        memory = self.memory
         self.env[v] = a
-        memory.hold(a)
-        if v not in self.layout.outputs:
+        self.memory.hold(a)
+        if self.memory.tracking:
+            self.own(v, a)
+
+    def own(self, v: Var, a: np.ndarray) -> None:
+        """`v`, holding `a`, among the owners of `a`'s buffer, if it can be made again."""
+        memory = self.memory
+        if v in self.layout.producer and v not in self.layout.outputs:
             key = id(memory._base(a))
             if key not in memory._external:
                 memory.owners.setdefault(key, []).append((self, v))
@@ -332,7 +352,7 @@ class _Run:
         a = self.env[v]
         self.env[v] = None
         memory = self.memory
-        if owned:
+        if owned and memory.tracking:
             slots = memory.owners.get(id(memory._base(a)))
             if slots is not None:
                 slots.remove((self, v))
