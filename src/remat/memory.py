@@ -117,23 +117,8 @@ def _leaf_names(fn, args) -> list[str]:
     for i, a in enumerate(args):
         p = params[i] if i < len(params) and params[i].kind != inspect.Parameter.VAR_POSITIONAL else None
         base = p.name if p is not None else f"args[{i}]"
-        names += [base + path for path in _paths(a)]
+        names += argcheck.leaf_paths(a, base)
     return names
-
-
-def _paths(x) -> list[str]:
-    node = tree._children(x)
-    if node is None:
-        return [""]
-    kind, data, kids = node
-    if kind == "dict":
-        keys = [f"[{k!r}]" for k in data]
-    elif kind in ("namedtuple", "dataclass"):
-        fields = data._fields if kind == "namedtuple" else data[1]
-        keys = [f".{f}" for f in fields]
-    else:
-        keys = [f"[{i}]" for i in range(len(kids))]
-    return [key + rest for key, kid in zip(keys, kids) for rest in _paths(kid)]
 
 
 # ---------------------------------------------------------------- saved residuals

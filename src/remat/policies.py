@@ -95,8 +95,20 @@ class SaveFromBothPolicies(_Named):
         return f"{self.name}({self.first},{self.second})"
 
 
+class _ByNames(_Named):
+    """A policy over the names `rm.checkpoint_name` gives; it prints as it is written."""
+
+    names: tuple[str, ...]
+
+    def __repr__(self) -> str:
+        return f"{self.name}({', '.join(map(repr, self.names))})"
+
+    def __str__(self) -> str:  # as graphs print params: no spaces
+        return f"{self.name}({','.join(map(repr, self.names))})"
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
-class SaveOnlyTheseNames(_Named):
+class SaveOnlyTheseNames(_ByNames):
     """Save the values tagged by `rm.checkpoint_name` with one of `names`."""
 
     names: tuple[str, ...]
@@ -105,15 +117,9 @@ class SaveOnlyTheseNames(_Named):
     def __call__(self, op, inputs, outputs, params) -> bool:
         return op == "checkpoint_name" and params["name"] in self.names
 
-    def __repr__(self) -> str:
-        return f"{self.name}({', '.join(map(repr, self.names))})"
-
-    def __str__(self) -> str:  # as graphs print params: no spaces
-        return f"{self.name}({','.join(map(repr, self.names))})"
-
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class SaveAnyNamesButThese(_Named):
+class SaveAnyNamesButThese(_ByNames):
     """Save every value tagged by `rm.checkpoint_name` except those with one of `names`."""
 
     names: tuple[str, ...]
@@ -121,12 +127,6 @@ class SaveAnyNamesButThese(_Named):
 
     def __call__(self, op, inputs, outputs, params) -> bool:
         return op == "checkpoint_name" and params["name"] not in self.names
-
-    def __repr__(self) -> str:
-        return f"{self.name}({', '.join(map(repr, self.names))})"
-
-    def __str__(self) -> str:  # as graphs print params: no spaces
-        return f"{self.name}({','.join(map(repr, self.names))})"
 
 
 nothing_saveable = NothingSaveable()
