@@ -26,6 +26,8 @@ import numpy as np
 from remat import argcheck, checkpoint_cache, policies, tree
 from remat import checkpoint_derived as derived
 from remat.autodiff import backward_pass, replay_known
+from remat.backends import lowerings
+from remat.backends import numpy as evaluator
 from remat.custom_vjp import named_outputs
 from remat.errors import ArgumentTypeError, ArgumentValueError, at_source, callable_name, user_source
 from remat.forward import instantiate, jvp_graph
@@ -176,6 +178,8 @@ def _prune(node: Node, live: set[Var]) -> Node:
 _checkpoint = declare("checkpoint", _checkpoint_rule, _checkpoint_vjp, multiple_results=True,
                       jvp=BlockJVP(_checkpoint_jvp))
 _checkpoint.prune = _prune
+evaluator.register("checkpoint", evaluator.run_block, runs_graphs=True)
+lowerings.register("checkpoint", "remat.backends.xla:run_block")
 
 
 def _hoist_slices(node: Node) -> tuple[list[Node], Node]:

@@ -24,6 +24,8 @@ import numpy as np
 
 from remat import argcheck, dtypes, tree
 from remat.autodiff import vjp
+from remat.backends import lowerings
+from remat.backends import numpy as evaluator
 from remat.errors import ArgumentTypeError, ShapeError, TracerError, callable_name
 from remat.graph import Graph
 from remat.ops.core import Aval, BlockJVP, declare
@@ -151,6 +153,9 @@ def _zeros_raw(x: Tensor) -> Tensor:
 
 _custom_jvp = declare("custom_jvp", _custom_jvp_rule, _custom_jvp_vjp, multiple_results=True,
                       jvp=BlockJVP(_custom_jvp_jvp))
+# Run, the block is the function (the rule is for derivatives).
+evaluator.register("custom_jvp", evaluator.run_block, runs_graphs=True)
+lowerings.register("custom_jvp", "remat.backends.xla:run_block")
 
 
 class custom_jvp:

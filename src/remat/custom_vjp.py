@@ -29,6 +29,8 @@ import numpy as np
 
 from remat import argcheck, dtypes, tree
 from remat.autodiff import backward_pass, replay
+from remat.backends import lowerings
+from remat.backends import numpy as evaluator
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, TracerError, callable_name
 from remat.forward import transposed_tangents
 from remat.graph import Graph, Node, Var
@@ -195,6 +197,9 @@ def named_outputs(node: Node) -> dict[Var, Node]:
 
 _custom_vjp = declare("custom_vjp", _custom_vjp_rule, _custom_vjp_vjp, multiple_results=True,
                       jvp=BlockJVP(_custom_vjp_jvp))
+# Run, the block is its `fwd`: the outputs, then the residuals.
+evaluator.register("custom_vjp", evaluator.run_block, runs_graphs=True)
+lowerings.register("custom_vjp", "remat.backends.xla:run_block")
 
 
 class custom_vjp:

@@ -135,7 +135,7 @@ class _Model:
 
     def block(self, body: Graph, ins: list[_Value]) -> list[_Value]:
         outs = self.run(body, ins)
-        for v in dict.fromkeys(body.outputs):  # the caller holds them from here on, as `_block` does
+        for v in dict.fromkeys(body.outputs):  # the caller holds them from here on, as `run_block` does
             self.release(outs[body.outputs.index(v)])
         return outs
 

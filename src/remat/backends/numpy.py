@@ -71,7 +71,8 @@ def _random_fold_in(key, data):
     return threefry.fold_in(np, _u32(key), _u32(data)).view(np.int32)
 
 
-def _block(*args, body, memory=None, **_):  # the other params are for the VJP rule
+def run_block(*args, body, memory=None, **_):  # the other params are for the VJP rule
+    """A block whose body runs once where it stands (checkpoint, custom_vjp, custom_jvp)."""
     if memory is None:  # run on its own (an op bound eagerly): the operands are the caller's
         return tuple(run(body, args, Memory.of_caller(args)))
     outs = run(body, args, memory)
@@ -125,9 +126,6 @@ IMPLS: dict[str, Callable] = {
     "barrier": lambda *xs: xs,
     "checkpoint_name": lambda x, *, name: x,
     "shard": lambda x, *, spec: x,  # where an array lives is XLA's business (remat/sharding.py)
-    "checkpoint": _block,
-    "custom_vjp": _block,  # runs fwd: the outputs, then the residuals
-    "custom_jvp": _block,  # runs the function (the rule is for derivatives)
     "random_uniform": _random_uniform,
     "random_normal": lambda key, *, shape, dtype: threefry.normal(np, _u32(key), shape, dtype),
     "random_fold_in": _random_fold_in,
@@ -142,13 +140,14 @@ IMPLS: dict[str, Callable] = {
     "det": np.linalg.det,  # a singular matrix gives 0: nothing to refuse
 }
 
-# ops that run sub-graphs and so take the memory counter
-_BLOCKS = {"checkpoint", "custom_vjp", "custom_jvp"}
+# ops that run sub-graphs and so take the memory counter: blocks, which `register` themselves
+_BLOCKS: set[str] = set()
 
 
 def register(op: str, impl: Callable, runs_graphs: bool = False) -> None:
-    """A block's module gives the evaluator its implementation (the loops: loops/numpy_impl.py);
-    `runs_graphs`: it runs sub-graphs, and takes the run's Memory as `memory=`."""
+    """A block's module gives the evaluator its implementation (the loops: loops/numpy_impl.py;
+    checkpoint, custom_vjp and custom_jvp: `run_block`); `runs_graphs`: it runs sub-graphs, and
+    takes the run's Memory as `memory=`."""
     IMPLS[op] = impl
     if runs_graphs:
         _BLOCKS.add(op)

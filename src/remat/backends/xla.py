@@ -24,10 +24,9 @@ import numpy as np
 from jax import lax
 
 from remat import precision as matmul_precision
-from remat.backends import low_precision, threefry
+from remat.backends import low_precision, lowerings, threefry
 from remat.backends.xla_layout import layout_of
 from remat.graph import Graph
-from remat.loops import xla_impl
 
 # ---------------------------------------------------------------- the lowering table
 
@@ -105,7 +104,9 @@ def _branching(taken) -> Iterator[None]:
         _TAKEN.reset(token)
 
 
-def _block(*args, body: Graph, **params):  # the other params are for the VJP rule
+def run_block(*args, body: Graph, **params):  # the other params are for the VJP rule
+    """A block whose body runs once where it stands (checkpoint, custom_vjp, custom_jvp): inlined,
+    or on the CPU a checkpoint's backward block as the branch of a conditional (`default_branches`)."""
     taken = _TAKEN.get()
     # A checkpoint's backward block (`differentiated`, behind a barrier: prevent_cse=False asks
     # for none, and for the recomputation to merge with the forward pass, as in JAX).
@@ -161,17 +162,9 @@ IMPLS: dict[str, Callable] = {
     "barrier": lambda *xs: lax.optimization_barrier(xs),
     "checkpoint_name": lambda x, *, name: x,
     "shard": _shard,
-    "checkpoint": _block,
-    "custom_vjp": _block,  # runs fwd: the outputs, then the residuals
-    "custom_jvp": _block,  # runs the function (the rule is for derivatives)
     "random_uniform": _random_uniform,
     "random_normal": lambda key, *, shape, dtype: threefry.normal(jnp, _u32(key), shape, dtype),
     "random_fold_in": _random_fold_in,
-    "scan": xla_impl.scan,
-    "scan_binomial": xla_impl.scan_binomial,
-    "while": xla_impl.while_loop,
-    "cond": xla_impl.cond,
-    "while_gradient": xla_impl.while_gradient,
     # the operands of the two solves have equal ranks (remat/ops/decompositions.py): no batched vectors
     "solve": jnp.linalg.solve,
     "triangular_solve": lambda a, b, *, lower: jax.scipy.linalg.solve_triangular(a, b, lower=lower),
@@ -204,11 +197,18 @@ def evaluate(graph: Graph, args, given: dict | None = None) -> list:
     env = {v: given[v] if v in given else _constant(a) for v, a in graph.constants.items()}
     env.update(zip(graph.inputs, args))
     for node in graph.nodes:
-        out = IMPLS[node.op](*[env[v] for v in node.inputs], **node.params)
+        fn = IMPLS.get(node.op) or _registered(node.op)
+        out = fn(*[env[v] for v in node.inputs], **node.params)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         for v, o in zip(node.outputs, outs):  # jnp may widen (sum of bools, argmax in x64 mode)
             env[v] = o if o.dtype == v.dtype else lax.convert_element_type(o, v.dtype)
     return [env[v] for v in graph.outputs]
+
+
+def _registered(op: str) -> Callable:
+    """A block's lowering (`backends/lowerings.py`), imported the first time it is needed."""
+    fn = IMPLS[op] = lowerings.resolve(op)
+    return fn
 
 
 def default_branches() -> bool:

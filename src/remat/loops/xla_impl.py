@@ -1,5 +1,6 @@
 """The loop blocks lowered to `jax.lax`: one `lax.scan`, `lax.while_loop` or `lax.switch` whose
-bodies are the block's Graphs evaluated by the XLA backend's own interpreter."""
+bodies are the block's Graphs evaluated by the XLA backend's own interpreter. Imported by that
+backend the first time it lowers a loop (loops/__init__.py registers them), never before."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from remat.backends.xla import evaluate
 from remat.graph import Graph
 from remat.loops import revolve
 from remat.loops.while_loop import refuse
@@ -14,8 +16,6 @@ from remat.loops.while_loop import refuse
 
 def scan(*args, body: Graph, length: int, reverse: bool, num_carry: int, num_xs: int, unroll: int = 1,
          checkpoint=None, snapshots: tuple[int, ...] | None = None, skip_last: bool = False):
-    from remat.backends.xla import evaluate
-
     nc, nx = num_carry, num_xs
     carry, xs, consts = tuple(args[:nc]), tuple(args[nc : nc + nx]), list(args[nc + nx :])
 
@@ -66,8 +66,6 @@ def scan_binomial(*args, advance: Graph, step: Graph, length: int, reverse: bool
     `snapshots` carries and the cotangents; each row runs the step (`advance`) or its VJP
     (`youturn`) under a `cond` that sees only step-sized operands, and updates the buffers in
     place with selects: a `switch` over the whole state made XLA copy the buffers every row."""
-    from remat.backends.xla import evaluate
-
     nc, nx, nf, nxc = num_carry, num_xs, num_float, num_x_cts
     positions, row = revolve.first_descent(length, snapshots) if resumed else ((), 0)
     sizes = [2 * nc if resumed else nc, nx, len(advance.inputs) - nc - nx, num_invariant, nf]
@@ -137,8 +135,6 @@ def scan_binomial(*args, advance: Graph, step: Graph, length: int, reverse: bool
 
 
 def while_loop(*args, cond: Graph, body: Graph, num_carry: int):
-    from remat.backends.xla import evaluate
-
     nc, n_cond = num_carry, len(cond.inputs) - num_carry
     carry, cond_consts, body_consts = tuple(args[:nc]), list(args[nc : nc + n_cond]), list(args[nc + n_cond :])
     return tuple(lax.while_loop(lambda c: evaluate(cond, [*c, *cond_consts])[0],
@@ -146,8 +142,6 @@ def while_loop(*args, cond: Graph, body: Graph, num_carry: int):
 
 
 def cond(index, *operands, num_residuals=0, **branches: Graph):
-    from remat.backends.xla import evaluate
-
     graphs = [branches[f"branch{k}"] for k in range(len(branches))]
     fns = [lambda *ops, g=g: tuple(evaluate(g, ops)) for g in graphs]
     return tuple(lax.switch(index, fns, *operands))  # lax.switch clamps the index, as NumPy's does
