@@ -43,6 +43,7 @@ from remat.trace import (
     is_array,
     trace_function,
 )
+from remat.vectorize import RULES, block_rule
 
 # ---------------------------------------------------------------- the block and its gradient
 
@@ -179,6 +180,7 @@ _checkpoint = declare("checkpoint", _checkpoint_rule, _checkpoint_vjp, multiple_
                       jvp=BlockJVP(_checkpoint_jvp))
 _checkpoint.prune = _prune
 evaluator.register("checkpoint", evaluator.run_block, runs_graphs=True)
+RULES["checkpoint"] = block_rule
 lowerings.register("checkpoint", "remat.backends.xla:run_block")
 
 

@@ -393,16 +393,13 @@ RULES: dict[str, Callable] = {
 }
 
 
-def _block(op, tensors, params, names):
-    """A block (checkpoint, loop) met by vectorized operands, as when the function `vjp`
-    returned runs under vmap: emitted again through its front end, which traces the body on the
-    vectorized operands. Its forward-mode rule does exactly that when no operand has a tangent."""
+def block_rule(op, tensors, params, names):
+    """The rule of a block (checkpoint, loop) met by vectorized operands, as when the function
+    `vjp` returned runs under vmap: emitted again through its front end, which traces the body on
+    the vectorized operands. Its forward-mode rule does exactly that when no operand has a
+    tangent. The blocks' modules put it in RULES."""
     outs, _ = op.jvp.rule((None,) * len(tensors), *tensors, **params)
     return tuple(outs)
-
-
-for _name in ("checkpoint", "scan", "cond", "while"):
-    RULES[_name] = _block
 
 
 def bind_vectorized(op, tensors: list[Tensor], params: dict):

@@ -31,7 +31,7 @@ from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.elementwise import astype, clip, equal, where
 from remat.ops.identity import stop_gradient
 from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like, new_trace, outer_reads, trace_function
-from remat.vectorize import _merge, align_to
+from remat.vectorize import RULES, _merge, align_to, block_rule
 
 
 def _ordered(branches: dict) -> list[Graph]:
@@ -104,6 +104,7 @@ def _cond_jvp(ts, index, *operands, num_residuals=0, **branches):  # residuals: 
 
 
 cond_op = declare("cond", _cond_rule, _cond_vjp, multiple_results=True, jvp=BlockJVP(_cond_jvp))
+RULES["cond"] = block_rule
 cond_op.prune = prune_cond
 
 

@@ -33,6 +33,7 @@ from remat.loops.prune import prune_scan
 from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.shape import permute_dims
 from remat.trace import Tensor, bind, current_trace
+from remat.vectorize import RULES, block_rule
 
 
 def _scan_rule(*avals, body: Graph, length: int, reverse: bool, num_carry: int, num_xs: int, unroll: int = 1,
@@ -95,6 +96,7 @@ def _scan_jvp(ts, *inputs, body: Graph, length, reverse, num_carry, num_xs, unro
 
 
 scan_op = declare("scan", _scan_rule, _scan_vjp, multiple_results=True, jvp=BlockJVP(_scan_jvp))
+RULES["scan"] = block_rule
 scan_op.prune = prune_scan
 
 

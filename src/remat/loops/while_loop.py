@@ -27,7 +27,7 @@ from remat.ops.core import NOT_DIFFERENTIABLE, Aval, BlockJVP, declare
 from remat.ops.elementwise import astype, where
 from remat.ops.reduce import sum as sum_
 from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like
-from remat.vectorize import _merge, align_to
+from remat.vectorize import RULES, _merge, align_to, block_rule
 
 
 def _while_rule(*avals, cond: Graph, body: Graph, num_carry: int):
@@ -103,6 +103,7 @@ def _while_jvp(ts, *inputs, cond: Graph, body: Graph, num_carry: int):
 
 
 while_op = declare("while", _while_rule, _while_vjp, multiple_results=True, jvp=BlockJVP(_while_jvp))
+RULES["while"] = block_rule
 while_op.prune = prune_while
 
 
