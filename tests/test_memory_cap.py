@@ -15,7 +15,7 @@ import pytest
 import fuzz_programs as fp
 import remat as rm
 from remat.backends import numpy as evaluator
-from remat.backends.capped import Cap, CappedMemory
+from remat.backends.capped import Cap, CappedMemory, _laid_out
 from remat.planner.cost import WEIGHTS, node_cost
 
 KIB = 1024
@@ -283,8 +283,16 @@ def _run_under(fn, args, cap):
     pytest.fail(f"no cap found below {cap} bytes")
 
 
+# A few programs here, and 79: a value written into a dying operand's transposed buffer, made
+# again in a buffer of its own, summed one ulp apart until recomputations kept layouts
+# (`capped._laid_out`). A longer campaign in the claims tier (`make check`); seed 3 is left to it:
+# its loops need several tries to find a cap (7 s).
+HERE = {*range(12), 79} - {3}
+CAMPAIGN = [s if s in HERE else pytest.param(s, marks=pytest.mark.claims) for s in range(112)]
+
+
 @pytest.mark.filterwarnings("ignore::remat.policies.UnusedNameWarning")  # a generated policy may name nothing
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", CAMPAIGN)
 def test_random_programs_under_random_caps_compute_what_they_compute_uncapped(seed):
     program = fp.generate(seed)
     _, everything = fp._transforms(program, "remat", rm)
@@ -295,6 +303,18 @@ def test_random_programs_under_random_caps_compute_what_they_compute_uncapped(se
         assert capped.peak <= cap
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
+
+
+def test_a_recomputed_buffer_takes_the_layout_of_the_first_computation():
+    transposed = np.empty((3, 1, 4)).transpose(2, 1, 0)  # the layout a donated buffer may have
+    again = np.arange(12.0).reshape(4, 1, 3).copy()  # made again, in C order
+    laid = _laid_out(again, transposed.strides)
+    assert (laid.strides[0], laid.strides[2]) == (8, 32) and np.array_equal(laid, again)  # axis 1: one element
+    assert _laid_out(again, again.strides) is again  # the same layout: no copy
+    assert _laid_out(again, (24, 999, 8)) is again  # an axis of one element: its stride is no layout
+    assert _laid_out(again, None) is again  # never let go: nothing to keep
+    view = again[:, :, ::2]
+    assert _laid_out(view, (16, 16, 8)) is view  # a view: its base's layout decides
 
 
 def test_a_cap_is_given_to_the_backend_as_bytes_and_the_planners_numpy_costs():

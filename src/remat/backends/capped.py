@@ -80,6 +80,24 @@ class _Layout:
             self.room.append(0 if free else sum(v.nbytes for v in dict.fromkeys(node.outputs)))
 
 
+def _laid_out(a: np.ndarray, strides: tuple[int, ...] | None) -> np.ndarray:
+    """`a` in the memory layout it had when first computed (`strides`), so that what reads it
+    rounds as it did. A result written into a dying operand's buffer took that buffer's layout,
+    which a recomputation (into a new buffer) does not; a transposed layout changes the order of
+    a reduction's sums, and so its last bit (a random program of the fuzz: one ulp)."""
+    def steps(s):  # an axis of one element has any stride: it steps nowhere
+        return tuple(x for n, x in zip(a.shape, s) if n > 1)
+
+    if strides is None or steps(a.strides) == steps(strides) or a.base is not None:
+        return a
+    order = sorted(range(a.ndim), key=lambda k: -abs(strides[k]))  # axes from the slowest to the fastest
+    out = np.empty([a.shape[k] for k in order], a.dtype).transpose(np.argsort(order))
+    if steps(out.strides) != steps(strides):  # not a contiguous layout: never a buffer NumPy made
+        return a
+    out[...] = a
+    return out
+
+
 def label(node: Node) -> str:
     """`tanh (model.py:12)`: a node as profiles name it."""
     return node.op + (f" ({node.source})" if node.source else "")
@@ -227,6 +245,7 @@ class _Run:
         self.dead: set[Var] = set()
         self.locks: dict[Var, int] = {}
         self.at = 0  # the node of the schedule running
+        self.strides: dict[Var, tuple[int, ...]] = {}  # of the values let go that had their own buffer
 
     def evaluate(self, args, frees: list[list[Var]]) -> list[np.ndarray]:
         graph, memory, env = self.graph, self.memory, self.env
@@ -325,7 +344,8 @@ class _Run:
         memory.recompute_cost += self.cost(i)
         if memory.record is not None:
             memory.record.append(("recomputed", label(node)))
-        kept = [(v, o) for v, o in zip(node.outputs, outs) if v is awaited or env[v] is None and v not in self.dead]
+        kept = [(v, _laid_out(o, self.strides.get(v))) for v, o in zip(node.outputs, outs)
+                if v is awaited or env[v] is None and v not in self.dead]
         for v, o in kept:  # locked while they arrive: holding one may evict one, and `awaited` must stay
             self.keep(v, o)
             self.lock(v)
@@ -351,6 +371,8 @@ class _Run:
         owners (an eviction has taken the whole list)."""
         a = self.env[v]
         self.env[v] = None
+        if a.base is None:  # its own buffer: the layout a recomputation must give it again
+            self.strides[v] = a.strides
         memory = self.memory
         if owned and memory.tracking:
             slots = memory.owners.get(id(memory._base(a)))
