@@ -55,8 +55,8 @@ def _replay(graph: Graph, inputs: list[Tensor], linearize: bool) -> dict[Var, Te
         env[v] = Tensor._concrete(value)
     for node in graph.nodes:
         ins = [env[v] for v in node.inputs]
-        if linearize and node.op == "custom_vjp":
-            outs = emit(node.params["body"], ins)
+        if linearize and OPS[node.op].linearize is not None:
+            outs = OPS[node.op].linearize(node, ins)
         else:
             params = _linearized_params(node.params) if linearize else node.params
             with source_of(node.source):
@@ -66,9 +66,11 @@ def _replay(graph: Graph, inputs: list[Tensor], linearize: bool) -> dict[Var, Te
 
 
 def _linearized_params(params: dict) -> dict:
-    """A block's params with each sub-graph replayed: the custom_vjp nodes inside become fwd's
-    code too, so a second derivative of a checkpoint or a loop sees what it would unblocked."""
-    subs = {k: g for k, g in params.items() if isinstance(g, Graph) and any(n.op == "custom_vjp" for n in g.walk())}
+    """A block's params with each sub-graph replayed: the blocks inside that have a `linearize`
+    rule (custom_vjp: its fwd's code) are re-emitted too, so a second derivative of a checkpoint
+    or a loop sees what it would unblocked."""
+    subs = {k: g for k, g in params.items()
+            if isinstance(g, Graph) and any(OPS[n.op].linearize is not None for n in g.walk())}
     return {**params, **{k: _linearized(g) for k, g in subs.items()}} if subs else params
 
 

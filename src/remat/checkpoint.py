@@ -30,8 +30,8 @@ from remat.backends import lowerings
 from remat.backends import numpy as evaluator
 from remat.custom_vjp import named_outputs
 from remat.errors import ArgumentTypeError, ArgumentValueError, at_source, callable_name, user_source
-from remat.forward import instantiate, jvp_graph
-from remat.graph import Graph, Node, Var
+from remat.forward import instantiate, jvp_graph, split_nodes
+from remat.graph import Graph, Node, Var, needed
 from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.identity import barrier
 from remat.planner.budget import misplaced
@@ -176,9 +176,50 @@ def _prune(node: Node, live: set[Var]) -> Node:
     return Node(node.op, [node.inputs[i] for i in ins], [node.outputs[k] for k in keep], params, node.source)
 
 
+def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:
+    """A checkpoint reading tangents as two checkpoints: the known one computes the primal
+    outputs and the body values its policy saves that the tangents need; the linear one
+    recomputes everything else from the block's inputs and those saved values."""
+    body, saved, policy = node.params["body"], node.params["saved"], node.params["policy"]
+    n_out = len(body.outputs) - node.params.get("num_residuals", 0)
+    known_pos = [i for i, v in enumerate(node.inputs) if v not in unknown]
+    dep = {body.inputs[i] for i, v in enumerate(node.inputs) if v in unknown}
+    primal_nodes, tangent_nodes = split_nodes(body.nodes, dep)
+    kept = _saved_by_policy(primal_nodes, tangent_nodes, policies.resolve(policy))
+    known_outs = [k for k in range(n_out) if body.outputs[k] not in dep]
+    known_body = needed([body.inputs[i] for i in known_pos], [body.outputs[k] for k in known_outs] + kept,
+                        primal_nodes, body.constants)
+    residuals = [Var(v.shape, v.dtype) for v in kept]
+    known = Node("checkpoint", [node.inputs[i] for i in known_pos], [node.outputs[k] for k in known_outs] + residuals,
+                 {"body": known_body, "saved": tuple(known_pos.index(i) for i in saved if i in known_pos),
+                  "policy": policy}, node.source)
+    lin_outs = [k for k in range(n_out) if body.outputs[k] in dep]
+    nodes = [n for n in body.nodes if not all(v in set(kept) for v in n.outputs)]
+    lin_body = needed(list(body.inputs) + kept, [body.outputs[k] for k in lin_outs], nodes, body.constants)
+    linear = Node("checkpoint", list(node.inputs) + residuals, [node.outputs[k] for k in lin_outs],
+                  {"body": lin_body, "saved": saved, "policy": policy}, node.source)
+    return known, linear
+
+
+def _saved_by_policy(primal_nodes: list, tangent_nodes: list, chooser) -> list[Var]:
+    """The primal values to keep: walking back from what the tangent nodes read, a value made
+    by a node the policy saves is kept, any other is recomputed from its own inputs."""
+    needed = {v for n in tangent_nodes for v in n.inputs}
+    kept: list[Var] = []
+    for node in reversed(primal_nodes):
+        wanted = [v for v in node.outputs if v in needed]
+        if wanted and policies.decide(chooser, node):
+            kept = wanted + kept
+        elif wanted:
+            needed.update(node.inputs)
+    return kept
+
+
 _checkpoint = declare("checkpoint", _checkpoint_rule, _checkpoint_vjp, multiple_results=True,
                       jvp=BlockJVP(_checkpoint_jvp))
 _checkpoint.prune = _prune
+_checkpoint.partial_eval = split_checkpoint
+_checkpoint.traits = frozenset({"inline"})
 evaluator.register("checkpoint", evaluator.run_block, runs_graphs=True)
 RULES["checkpoint"] = block_rule
 lowerings.register("checkpoint", "remat.backends.xla:run_block")

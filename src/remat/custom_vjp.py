@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat import argcheck, dtypes, tree
-from remat.autodiff import backward_pass, replay
+from remat.autodiff import backward_pass, emit, replay
 from remat.backends import lowerings
 from remat.backends import numpy as evaluator
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, TracerError, callable_name
@@ -197,6 +197,8 @@ def named_outputs(node: Node) -> dict[Var, Node]:
 
 _custom_vjp = declare("custom_vjp", _custom_vjp_rule, _custom_vjp_vjp, multiple_results=True,
                       jvp=BlockJVP(_custom_vjp_jvp))
+_custom_vjp.linearize = lambda node, ins: emit(node.params["body"], ins)  # fwd's code, differentiable again
+_custom_vjp.traits = frozenset({"inline"})
 # Run, the block is its `fwd`: the outputs, then the residuals.
 evaluator.register("custom_vjp", evaluator.run_block, runs_graphs=True)
 lowerings.register("custom_vjp", "remat.backends.xla:run_block")

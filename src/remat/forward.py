@@ -282,7 +282,7 @@ def partial_eval(g: Graph, known_inputs: set, n_out: int) -> tuple[Graph, Graph]
     inputs and the values its policy saves."""
     tangent_inputs = [v for v in g.inputs if v not in known_inputs]
     unknown: set[Var] = set(tangent_inputs)
-    known_nodes, linear_nodes = _split_nodes(g.nodes, unknown)
+    known_nodes, linear_nodes = split_nodes(g.nodes, unknown)
     read = [v for n in linear_nodes for v in n.inputs] + list(g.outputs[n_out:])
     residuals = [v for v in dict.fromkeys(read) if v not in unknown and v not in g.constants]
     known_in = [v for v in g.inputs if v in known_inputs]
@@ -291,16 +291,17 @@ def partial_eval(g: Graph, known_inputs: set, n_out: int) -> tuple[Graph, Graph]
     return known, linear
 
 
-def _split_nodes(nodes: list[Node], unknown: set) -> tuple[list[Node], list[Node]]:
+def split_nodes(nodes: list[Node], unknown: set) -> tuple[list[Node], list[Node]]:
     """(known nodes, linear nodes) of `nodes`, whose inputs in `unknown` are tangents; `unknown`
-    gains every tangent they make. A block reading both is split: a checkpoint into a primal and
-    a linear checkpoint, a loop or cond into its primal part (known) and itself (linear)."""
+    gains every tangent they make. A block reading both is split: by its `partial_eval` (a
+    checkpoint: into a primal and a linear checkpoint), or a loop or cond into its primal part
+    (known) and itself (linear)."""
     known, linear = [], []
     for node in nodes:
         if not any(v in unknown for v in node.inputs):
             known.append(node)
-        elif node.op == "checkpoint" and not all(v in unknown for v in node.inputs):
-            k, lin = split_checkpoint(node, unknown)
+        elif OPS[node.op].partial_eval is not None and not all(v in unknown for v in node.inputs):
+            k, lin = OPS[node.op].partial_eval(node, unknown)
             known.append(k)
             linear.append(lin)
             unknown.update(lin.outputs)
@@ -355,49 +356,6 @@ def _without_residuals(node: Node, graph_reads: frozenset | set = frozenset()) -
 def _graph_without_residuals(g: Graph) -> Graph:
     read = {v for n in g.nodes for v in n.inputs} | set(g.outputs)
     return Graph(g.inputs, g.outputs, [_without_residuals(n, read) for n in g.nodes], g.constants)
-
-
-def split_checkpoint(node: Node, unknown: set) -> tuple[Node, Node]:
-    """A checkpoint reading tangents as two checkpoints: the known one computes the primal
-    outputs and the body values its policy saves that the tangents need; the linear one
-    recomputes everything else from the block's inputs and those saved values."""
-    from remat import policies
-
-    body, saved, policy = node.params["body"], node.params["saved"], node.params["policy"]
-    n_out = len(body.outputs) - node.params.get("num_residuals", 0)
-    known_pos = [i for i, v in enumerate(node.inputs) if v not in unknown]
-    dep = {body.inputs[i] for i, v in enumerate(node.inputs) if v in unknown}
-    primal_nodes, tangent_nodes = _split_nodes(body.nodes, dep)
-    kept = _saved_by_policy(primal_nodes, tangent_nodes, policies.resolve(policy))
-    known_outs = [k for k in range(n_out) if body.outputs[k] not in dep]
-    known_body = needed([body.inputs[i] for i in known_pos], [body.outputs[k] for k in known_outs] + kept,
-                        primal_nodes, body.constants)
-    residuals = [Var(v.shape, v.dtype) for v in kept]
-    known = Node("checkpoint", [node.inputs[i] for i in known_pos], [node.outputs[k] for k in known_outs] + residuals,
-                 {"body": known_body, "saved": tuple(known_pos.index(i) for i in saved if i in known_pos),
-                  "policy": policy}, node.source)
-    lin_outs = [k for k in range(n_out) if body.outputs[k] in dep]
-    nodes = [n for n in body.nodes if not all(v in set(kept) for v in n.outputs)]
-    lin_body = needed(list(body.inputs) + kept, [body.outputs[k] for k in lin_outs], nodes, body.constants)
-    linear = Node("checkpoint", list(node.inputs) + residuals, [node.outputs[k] for k in lin_outs],
-                  {"body": lin_body, "saved": saved, "policy": policy}, node.source)
-    return known, linear
-
-
-def _saved_by_policy(primal_nodes: list, tangent_nodes: list, chooser) -> list[Var]:
-    """The primal values to keep: walking back from what the tangent nodes read, a value made
-    by a node the policy saves is kept, any other is recomputed from its own inputs."""
-    from remat import policies
-
-    needed = {v for n in tangent_nodes for v in n.inputs}
-    kept: list[Var] = []
-    for node in reversed(primal_nodes):
-        wanted = [v for v in node.outputs if v in needed]
-        if wanted and policies.decide(chooser, node):
-            kept = wanted + kept
-        elif wanted:
-            needed.update(node.inputs)
-    return kept
 
 
 # ---------------------------------------------------------------- helpers for block rules

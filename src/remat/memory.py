@@ -185,7 +185,7 @@ class _Describer:
             block, parent = outer[-1]
             return self(block.inputs[g.inputs.index(v)], parent, outer[:-1])
         node, k = hit
-        if node.op in ("checkpoint", "custom_vjp"):
+        if timeline.inline(node):
             body = node.params["body"]
             return self(body.outputs[k], body, outer + [(node, g)])
         if node.op == "checkpoint_name":

@@ -28,8 +28,12 @@ import numpy as np
 
 from remat.backends.numpy import IDENTITIES, IMPLS, VIEWS, last_uses
 from remat.graph import Graph, Node, Var
+from remat.ops.core import OPS
 
-_INLINE = {"checkpoint", "custom_vjp"}  # blocks whose body runs once, in place
+
+def inline(node: Node) -> bool:
+    """Whether `node` is a block whose body runs once, where it stands (`Op.traits`)."""
+    return "inline" in OPS[node.op].traits
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,7 @@ class _Model:
         self.high = self.live
 
     def apply(self, node: Node, ins: list[_Value], dying: list[tuple[Var, _Value]]) -> list[_Value]:
-        if node.op in _INLINE:
+        if inline(node):
             return self.block(node.params["body"], ins)
         if node.op in IDENTITIES:
             return ins

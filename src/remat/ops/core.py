@@ -60,6 +60,17 @@ class Op:
         # A block whose body slices what it captures: `hoist_slices(node) -> (slice nodes, node)`,
         # the slices taken outside it, for the backward pass to join their cotangents.
         self.hoist_slices: Callable | None = None
+        # Forward mode's partial evaluation of a block reading values and tangents both:
+        # `partial_eval(node, unknown Vars) -> (known node, linear node)`; the checkpoint sets it.
+        # Without it, forward.py splits a block with its `prune` (a loop, a cond).
+        self.partial_eval: Callable | None = None
+        # A gradient replayed for a higher derivative (`autodiff.replay_known`) re-emits a block as
+        # `linearize(node, input Tensors) -> output Tensors` rather than binding it; custom_vjp
+        # sets it (its fwd as plain code, which can be differentiated again).
+        self.linearize: Callable | None = None
+        # What the memory model and the planner read of a block: "inline", its body runs once,
+        # where it stands, node by node (checkpoint, custom_vjp).
+        self.traits: frozenset[str] = frozenset()
 
     @property
     def differentiable(self) -> bool:

@@ -77,7 +77,7 @@ from remat.planner.plan import NO_PLAN, Block, Plan
 from remat.planner.report import extra_cost
 from remat.planner.sqrt import segment_plans
 from remat.planner.stages import Stage, merged, stages
-from remat.timeline import _INLINE
+from remat.timeline import inline
 
 _DOTS = frozenset({"matmul"})  # einsum and tensordot are composed from matmul
 _MIB = float(2**20)  # the program counts MiB: HiGHS is happier with coefficients near 1
@@ -290,7 +290,7 @@ def _roots(graph: Graph, given: dict[Var, Var | None] | None = None) -> dict[Var
     for node in graph.nodes:
         if node.op in VIEWS or node.op in IDENTITIES:
             root.update((o, root.get(i)) for o, i in zip(node.outputs, node.inputs))
-        elif node.op in _INLINE:
+        elif inline(node):
             body = node.params["body"]
             args = {b: root.get(i) for b, i in zip(body.inputs, node.inputs)}
             inner, outer = _roots(body, args), set(args.values())

@@ -43,6 +43,7 @@ from remat.planner.peak import ALL, Step, StepCount, activation_bytes, base_byte
 from remat.planner.plan import NO_PLAN, Plan, apply
 from remat.planner.report import PlanReport, PlanWarning, extra_cost, extra_flops, recomputed_values
 from remat.planner.target import Target
+from remat.timeline import inline
 
 TRIES = 6  # how often a strategy is asked again with a budget tightened by its overshoot
 RUNGS = tuple(k / 10 for k in range(1, 10))  # the smaller budgets auto also plans the chain for
@@ -164,7 +165,7 @@ Found = list[tuple[Plan, int, str]]  # plans with their exact total peaks and ho
 def _loops(graph: Graph) -> str:
     """The loops and branches of `graph` as a phrase ("a scan at model.py:3"), or "": the
     evaluator's count of their bodies is not predicted (`remat.timeline`)."""
-    found = [n for n in graph.walk() if n.subgraphs() and n.op not in ("checkpoint", "custom_vjp")]
+    found = [n for n in graph.walk() if n.subgraphs() and not inline(n)]
     if not found:
         return ""
     where = f" at {found[0].source}" if found[0].source else ""
