@@ -403,8 +403,11 @@ def _jax_grads(row: Row) -> tuple[list, list, list[np.ndarray]]:
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
         return sum(jnp.sum(o * c) for o, c in zip(outs, cts))
 
+    # One compiled program: op by op, JAX compiles each op of the gradient, which was most of this
+    # file's time. (The values' references stay op by op: JAX 0.10 fails to lower a few of them
+    # under jit, `take_along_axis` of 64-bit indices, `.at[].multiply` in float32.)
     with jax.enable_x64(True):
-        grads = jax.grad(loss, argnums=tuple(range(len(xs))))(*map(jnp.asarray, xs))
+        grads = jax.jit(jax.grad(loss, argnums=tuple(range(len(xs)))))(*map(jnp.asarray, xs))
     return xs, cts, [np.asarray(g) for g in grads]
 
 
