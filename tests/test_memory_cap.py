@@ -247,6 +247,12 @@ def test_a_cap_is_an_amount_of_bytes(value, error, message):
             pass
 
 
+def test_a_scope_needs_a_cap():
+    with pytest.raises(rm.ArgumentTypeError, match="memory.cap: memory_cap=None caps nothing"):
+        with rm.memory.cap(None):
+            pass
+
+
 def test_without_a_cap_the_plain_evaluator_runs():
     compiled = rm.jit(lambda x: rm.sin(x) * 2.0).lower(rm.ones((8,))).compile()
     compiled(rm.ones((8,)))

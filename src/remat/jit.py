@@ -462,22 +462,25 @@ def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames
     precision = matmul_precision.canonical(precision, "jit")  # checked on NumPy too, which is always exact
     options = {} if backend == "numpy" else {"precision": precision}
     donate = _donated_arguments(fn, donate_argnums, donate_argnames, nums, names)
-    if memory_cap is not None and backend != "numpy":
-        raise ArgumentValueError(
-            f"jit: memory_cap given with backend={backend!r}; a cap is kept by the NumPy evaluator, which runs node "
-            "by node and can evict and recompute: XLA allocates its buffers itself. Pass backend='numpy', or plan "
-            "the step for XLA with rm.grad(f, memory_budget=...)")
     return Jitted(fn, backend, nums, names, options, _shardings(backend, in_shardings, out_shardings), donate,
-                  None if memory_cap is None else memory_cap_of(memory_cap, "jit"))
+                  memory_cap_of(memory_cap, "jit", backend))
 
 
 def _numpy_time(node) -> float:
     return node_cost(node, WEIGHTS["numpy"])
 
 
-def memory_cap_of(value, where: str) -> Cap:
-    """`memory_cap=` as the evaluator takes it: the bytes, and what recomputing a node costs by
-    the planner's model of the NumPy evaluator (one function: its costs are cached per graph)."""
+def memory_cap_of(value, where: str, backend: str = "numpy") -> Cap | None:
+    """`memory_cap=` as the evaluator takes it (None: no cap): the bytes, and what recomputing a
+    node costs by the planner's model of the NumPy evaluator (one function: its costs are cached
+    per graph). Only the NumPy evaluator keeps a cap."""
+    if value is None:
+        return None
+    if backend != "numpy":
+        raise ArgumentValueError(
+            f"{where}: memory_cap given with backend={backend!r}; a cap is kept by the NumPy evaluator, which runs "
+            "node by node and can evict and recompute: XLA allocates its buffers itself. Pass backend='numpy', or "
+            "plan the step for XLA with rm.grad(f, memory_budget=...)")
     return Cap(parse_cap(value, where), _numpy_time)
 
 

@@ -375,11 +375,7 @@ def profile(fn, *args, backend: str = "numpy", argnums=None, grad: bool = True, 
     """
     check_backend(backend, "memory.profile")
     fn, args, argnums = bind_static(fn, args, static_argnums, argnums, "memory.profile")
-    if memory_cap is not None and backend != "numpy":
-        raise ArgumentValueError(
-            f"memory.profile: memory_cap given with backend={backend!r}; a cap is kept by the NumPy evaluator, "
-            "which runs node by node and can evict and recompute: XLA allocates its buffers itself")
-    cap_ = None if memory_cap is None else memory_cap_of(memory_cap, "memory.profile")
+    cap_ = memory_cap_of(memory_cap, "memory.profile", backend)
     prog = _program(fn, args, argnums, grad, "memory.profile", memory_budget, strategy)
     return _profile_numpy(prog, cap_) if backend == "numpy" else _profile_xla(prog)
 
@@ -675,6 +671,9 @@ def cap(memory_cap) -> Iterator[None]:
     >>> g.shape
     (4096,)
     """
+    if memory_cap is None:
+        raise ArgumentTypeError("memory.cap: memory_cap=None caps nothing; pass an int of bytes or a string such as "
+                                "'200MiB'")
     new = memory_cap_of(memory_cap, "memory.cap")
     outer = evaluator.SCOPED_CAP.get()
     token = evaluator.SCOPED_CAP.set(new if outer is None or new.bytes < outer.bytes else outer)

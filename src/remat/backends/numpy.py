@@ -151,6 +151,8 @@ def register(op: str, impl: Callable, runs_graphs: bool = False) -> None:
     IMPLS[op] = impl
     if runs_graphs:
         _BLOCKS.add(op)
+
+
 # ops whose result is a view of their operand's buffer (a reshape NumPy cannot do in place copies),
 # and those whose result k is their operand k itself: neither allocates
 VIEWS = frozenset({"reshape", "permute_dims", "broadcast_to", "slice", "flip"})
