@@ -168,9 +168,8 @@ class CappedMemory(Memory):
                 for v, a in run.env.items():
                     if a is not None:
                         run.own(v, a)
-        memo: dict = {}
         ahead = int(self.cap * HEADROOM)
-        for key in self._cheapest(memo):
+        for key in self._cheapest():
             self._evict(key)
             if self.live + nbytes + ahead <= self.cap:
                 return
@@ -197,12 +196,12 @@ class CappedMemory(Memory):
                 out.append(key)
         return out
 
-    def _cheapest(self, memo: dict):
+    def _cheapest(self):
         """The evictable buffers, lowest score first. A score is cost ÷ (bytes² × distance), and a
         value's cost is at least its own node's: that bound orders the candidates, and a full
         score (the walks through the absent values around) is worked out only while the bound
         could still beat the best found; most candidates are never walked."""
-        bounds, scored = [], []
+        bounds, scored, memo = [], [], {}  # memo: each run's absent values, costed once
         for key in self._evictable():
             slots = self.owners[key]
             time = self._time(key, slots)
