@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Function-level imports of remat modules allowed: what is left of the import circle (147 before
 # the imports that stood in no cycle and pointed down the layers moved to the tops of their files,
 # and the protocols moved to the modules that own them). Lower it as cycles break.
-MOST_INNER_IMPORTS = 68
+MOST_INNER_IMPORTS = 65
 
 
 def inner_imports() -> list[str]:

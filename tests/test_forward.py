@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import remat as rm
-from remat.ops.core import OPS, BlockJVP
+from remat.core import OPS, BlockJVP
 from test_grad_ops import SPECS, Spec, _close, _directions, _inputs, nonzero, positive, spread
 
 EXTRA = [

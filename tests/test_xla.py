@@ -15,7 +15,7 @@ jax = pytest.importorskip("jax")
 import remat as rm  # noqa: E402
 from remat.backends import lowerings, xla  # noqa: E402
 from remat.backends import numpy as numpy_backend  # noqa: E402
-from remat.ops.core import OPS  # noqa: E402
+from remat.core import OPS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -15,9 +15,9 @@ their usual VJP. A checkpoint body's slice of a captured tensor is taken outside
 from __future__ import annotations
 
 from remat import dtypes
+from remat.core import OPS
 from remat.errors import source_of
 from remat.graph import Graph, Node, Var
-from remat.ops.core import OPS
 from remat.ops.creation import zeros
 from remat.ops.shape import concat, pad
 from remat.trace import Tensor

@@ -26,9 +26,9 @@ from remat import argcheck, dtypes, tree
 from remat.autodiff import vjp
 from remat.backends import lowerings
 from remat.backends import numpy as evaluator
+from remat.core import Aval, BlockJVP, declare
 from remat.errors import ArgumentTypeError, ShapeError, TracerError, callable_name
 from remat.graph import Graph
-from remat.ops.core import Aval, BlockJVP, declare
 from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_function
 from remat.vectorize import align_to, cotangent_layout, from_raw_layout
 

@@ -31,10 +31,10 @@ from remat import argcheck, dtypes, tree
 from remat.autodiff import backward_pass, emit, replay
 from remat.backends import lowerings
 from remat.backends import numpy as evaluator
+from remat.core import Aval, BlockJVP, declare
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, TracerError, callable_name
 from remat.forward import transposed_tangents
 from remat.graph import Graph, Node, Var
-from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.reduce import sum as _sum
 from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_function
 from remat.vectorize import cotangent_layout, devectorize

@@ -21,9 +21,9 @@ import numpy as np
 
 from remat import argcheck, backends, dtypes, tree
 from remat.autodiff import check_aux_pair, vjp
+from remat.core import OPS, BlockJVP
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Node, Var, needed
-from remat.ops.core import OPS, BlockJVP
 from remat.trace import Tensor, argument, asarray, bind, current_trace, is_device_array, trace_function
 from remat.vectorize import align_to
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from remat import dtypes
+from remat.core import OPS
 
 
 class Var:
@@ -174,7 +175,7 @@ def _short_array(a: np.ndarray) -> str:
 def live_nodes(nodes, outputs, prune: Callable | None = None) -> tuple[list[Node], set[Var]]:
     """The nodes `outputs` depend on, in order, and the Vars those nodes and `outputs` read:
     dead-code elimination. `prune(node, live)` narrows a node to what is read of it (a loop drops
-    the work of outputs nobody reads: `ops.core.pruned`)."""
+    the work of outputs nobody reads: `core.pruned`)."""
     live, kept = set(outputs), []
     for node in reversed(nodes):
         if any(v in live for v in node.outputs):
@@ -196,8 +197,6 @@ class GraphError(ValueError):
 
 def check(graph: Graph) -> None:
     """Verify SSA: each Var defined once and before use, with the shapes its op's rule gives."""
-    from remat.ops.core import OPS
-
     _check(graph, OPS, outer=set())
 
 

@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from remat import argcheck, tree
+from remat.core import declare
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError
-from remat.ops.core import declare, linear_jvp
-from remat.trace import Tensor, asarray, bind, is_device_array
+from remat.trace import Tensor, asarray, bind, is_device_array, linear_jvp
 
 # ---------------------------------------------------------------- the spec, as op data
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat.backends.numpy import IDENTITIES, IMPLS, VIEWS, last_uses
+from remat.core import OPS
 from remat.graph import Graph, Node, Var
-from remat.ops.core import OPS
 
 
 def inline(node: Node) -> bool:

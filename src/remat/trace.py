@@ -11,16 +11,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from remat import dtypes, tree, values
+from remat.core import OPS, Op, pruned
 from remat.errors import ArgumentTypeError, RematError, ShapeError, TracerError, at_source, user_source
 from remat.graph import Graph, Node, Var, needed, type_str
-
-if TYPE_CHECKING:
-    from remat.ops.core import Op
 
 
 class Trace:
@@ -93,7 +91,6 @@ class Trace:
     def to_graph(self, outputs: list[Tensor]) -> Graph:
         """The recorded function, without nodes (and constants) that no output depends on:
         a VJP rule computes every operand's cotangent and the unwanted ones die here."""
-        from remat.ops.core import pruned  # here: importing remat.ops imports this module
 
         out_vars = [self.lift(t) for t in outputs]
         return needed(self.inputs + self.capture_vars, out_vars, self.nodes, self.constants, pruned)
@@ -217,6 +214,16 @@ def bind(op: Op, *args, **params):
     if weak:
         outs = [o._weakly_typed() if o.dtype == tensors[0].dtype else o for o in outs]
     return tuple(outs) if op.multiple_results else outs[0]
+
+
+def linear_jvp(op_name: str) -> Callable:
+    """The JVP of an op linear in its one operand (reshape, sum, slice...): the op applied to
+    the tangent, d f(x) = f(dx)."""
+
+    def jvp(ts, x, out, **params):
+        return bind(OPS[op_name], ts[0], **params)
+
+    return jvp
 
 
 # What runs an op bound outside any trace: the NumPy evaluator's `apply`, which the evaluator

@@ -22,12 +22,12 @@ import numpy as np
 from remat import dtypes, tree
 from remat.argcheck import check_callable, describe, leaf_paths
 from remat.autodiff import backward_pass, replay_known
+from remat.core import Aval, BlockJVP, declare
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name
 from remat.forward import instantiate, jvp_graph
 from remat.graph import Graph
 from remat.loops.body import shared_captures, tensor_leaves, type_of, widen
 from remat.loops.prune import prune_cond
-from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.elementwise import astype, clip, equal, where
 from remat.ops.identity import stop_gradient
 from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like, new_trace, outer_reads, trace_function

@@ -15,9 +15,9 @@ every carry; when only its snapshots are read it need not run its last step (`sk
 
 from __future__ import annotations
 
+from remat.core import pruned
 from remat.graph import Graph, Node, Var
 from remat.graph import live_nodes as graph_live_nodes
-from remat.ops.core import pruned
 
 
 def live_nodes(nodes: list[Node], outputs: list[Var]) -> list[Node]:

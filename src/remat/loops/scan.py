@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from remat import tree
 from remat.argcheck import check_callable, is_int, leaf_paths, short_repr
+from remat.core import Aval, BlockJVP, declare
 from remat.dtypes import is_float
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError, callable_name
 from remat.forward import instantiate, jvp_graph
@@ -30,7 +31,6 @@ from remat.loops import schedules
 from remat.loops.body import Carry, template, tensor_leaves, weak_leaves
 from remat.loops.checkpointed import segmented, step_checkpointed
 from remat.loops.prune import prune_scan
-from remat.ops.core import Aval, BlockJVP, declare
 from remat.ops.shape import permute_dims
 from remat.trace import Tensor, bind, current_trace
 from remat.vectorize import RULES, block_rule

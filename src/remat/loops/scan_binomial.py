@@ -32,13 +32,13 @@ runs the whole schedule from c0.
 from __future__ import annotations
 
 from remat.autodiff import replay
+from remat.core import Aval, BlockJVP, declare
 from remat.errors import ArgumentTypeError
 from remat.graph import Graph, Node, Var
 from remat.loops import revolve
 from remat.loops.prune import sub_graph
 from remat.loops.scan import scan
 from remat.loops.scan_vjp import _graph, _or_zeros, _outputs, _producer, split
-from remat.ops.core import Aval, BlockJVP, declare
 from remat.trace import Tensor, bind, current_trace, new_trace
 from remat.vectorize import RULES, devectorize, vectorize
 

@@ -17,13 +17,13 @@ import numpy as np
 
 from remat import dtypes, tree
 from remat.argcheck import check_callable, is_int, short_repr
+from remat.core import NOT_DIFFERENTIABLE, Aval, BlockJVP, declare
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, user_source
 from remat.forward import instantiate, jvp_graph
 from remat.graph import Graph
 from remat.loops.body import Carry, check_like, tensor_leaves, weak_leaves
 from remat.loops.prune import prune_while
 from remat.loops.scan import scan
-from remat.ops.core import NOT_DIFFERENTIABLE, Aval, BlockJVP, declare
 from remat.ops.elementwise import astype, where
 from remat.ops.reduce import sum as sum_
 from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like

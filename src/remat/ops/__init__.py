@@ -2,7 +2,7 @@
 
 # The order matters: elementwise before shape, whose ops the elementwise rules use (isort would
 # put the modules that import shape first).
-from remat.ops.core import NOT_DIFFERENTIABLE, OPS, Op, declare  # noqa: I001
+from remat.core import NOT_DIFFERENTIABLE, OPS, Op, declare  # noqa: I001
 from remat.ops.creation import arange, eye, full, full_like, linspace, ones, ones_like, zeros, zeros_like
 from remat.ops.elementwise import (
     abs,

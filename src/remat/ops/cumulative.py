@@ -10,12 +10,12 @@ has zeros, to every order.
 from __future__ import annotations
 
 from remat import dtypes
+from remat.core import Aval, declare
 from remat.errors import DTypeError
 from remat.ops.axes import axis_index
-from remat.ops.core import Aval, declare, linear_jvp
 from remat.ops.creation import ones, zeros
 from remat.ops.shape import concat, flip, reshape, slice_axis
-from remat.trace import Tensor, asarray, bind
+from remat.trace import Tensor, asarray, bind, linear_jvp
 
 
 def _cumulative_rule(x: Aval, *, axis: int, reverse: bool) -> Aval:

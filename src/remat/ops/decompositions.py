@@ -12,9 +12,9 @@ float32 or float64; the front end (remat/linalg.py) checks and promotes them.
 from __future__ import annotations
 
 from remat import dtypes
+from remat.core import Aval, declare
 from remat.errors import ArgumentValueError, DTypeError, ShapeError
 from remat.ops.arrays import diagonal, tril, triu
-from remat.ops.core import Aval, declare
 from remat.ops.creation import eye, zeros_like
 from remat.ops.elementwise import broadcast_shapes, unbroadcast, where
 from remat.ops.linalg import _matmul

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from remat import dtypes
+from remat.core import NOT_DIFFERENTIABLE, declare
 from remat.errors import ArgumentValueError
-from remat.ops.core import NOT_DIFFERENTIABLE, declare
 from remat.ops.elementwise import _binary_jvp, _binary_rule, _ub, promote
 from remat.trace import Tensor, bind
 

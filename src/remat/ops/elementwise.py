@@ -11,8 +11,8 @@ import builtins
 import numpy as np
 
 from remat import dtypes, values
+from remat.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError
-from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.trace import Tensor, asarray, bind, is_weak
 
 # ---------------------------------------------------------------- shape/dtype rules

@@ -17,6 +17,7 @@ from builtins import slice as builtin_slice
 import numpy as np
 
 from remat import dtypes
+from remat.core import Aval, declare
 from remat.errors import (
     ArgumentTypeError,
     ArgumentValueError,
@@ -26,7 +27,6 @@ from remat.errors import (
     TracerError,
 )
 from remat.ops.axes import axis_index, static_int
-from remat.ops.core import Aval, declare
 from remat.ops.shape import flip, permute_dims, reshape, slice
 from remat.trace import Tensor, asarray, bind, is_device_array
 

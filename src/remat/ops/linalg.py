@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 from remat import dtypes
+from remat.core import Aval, declare
 from remat.errors import ArgumentValueError, DTypeError, ShapeError
 from remat.ops.axes import axis_index, listed, static_int
-from remat.ops.core import Aval, declare
 from remat.ops.elementwise import broadcast_shapes, promote, unbroadcast
 from remat.ops.shape import expand_dims, matrix_transpose, permute_dims, reshape, squeeze
 from remat.trace import Tensor, bind

@@ -14,8 +14,8 @@ import math
 import numpy as np
 
 from remat import dtypes
+from remat.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.errors import DTypeError, ShapeError
-from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.ops.elementwise import broadcast_shapes
 from remat.trace import Tensor, bind
 

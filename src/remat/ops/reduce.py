@@ -9,10 +9,10 @@ from __future__ import annotations
 import builtins
 
 from remat import dtypes
+from remat.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError
 from remat.ops.axes import axis_index, listed, normalize_axes
-from remat.ops.core import NOT_DIFFERENTIABLE, Aval, declare, linear_jvp
-from remat.trace import Tensor, asarray, bind
+from remat.trace import Tensor, asarray, bind, linear_jvp
 
 
 def _reduce_rule(x: Aval, *, axes: tuple[int, ...]) -> Aval:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 
 from remat import dtypes
+from remat.core import NOT_DIFFERENTIABLE, declare
 from remat.errors import ArgumentValueError, DTypeError
 from remat.ops.axes import static_int
-from remat.ops.core import NOT_DIFFERENTIABLE, declare
 from remat.ops.elementwise import _float_unary, where
 from remat.trace import Tensor, asarray, bind
 

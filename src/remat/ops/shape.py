@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import math
 
+from remat.core import Aval, declare
 from remat.errors import ArgumentValueError, ShapeError
 from remat.ops.axes import (
     axis_index,
@@ -18,9 +19,8 @@ from remat.ops.axes import (
     shape_tuple,
     static_int,
 )
-from remat.ops.core import Aval, declare, linear_jvp
 from remat.ops.elementwise import broadcast_shapes, unbroadcast
-from remat.trace import Tensor, asarray, bind
+from remat.trace import Tensor, asarray, bind, linear_jvp
 
 # ---------------------------------------------------------------- rules
 

@@ -14,8 +14,8 @@ import math
 import numpy as np
 
 from remat import dtypes
+from remat.core import Aval, declare
 from remat.ops.axes import axis_index
-from remat.ops.core import Aval, declare
 from remat.ops.creation import zeros
 from remat.ops.indexing import _index_add, _take
 from remat.ops.shape import flip, permute_dims, reshape

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
+from remat.core import Aval, declare
 from remat.errors import ArgumentValueError
 from remat.ops.axes import static_int
-from remat.ops.core import Aval, declare
 from remat.ops.elementwise import _float_unary, _to_float, _unary_jvp, exp
 from remat.trace import Tensor, bind
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from remat import dtypes
-from remat.ops.core import declare
+from remat.core import declare
 from remat.ops.elementwise import (
     _binary_jvp,
     _binary_rule,

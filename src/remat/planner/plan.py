@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from remat.checkpoint import _checkpoint, _walk
 from remat.checkpoint_derived import gradient_view
+from remat.core import OPS
 from remat.errors import source_of
 from remat.graph import Graph, Var
-from remat.ops.core import OPS
 from remat.trace import Tensor, bind, current_trace, new_trace, trace_function
 
 

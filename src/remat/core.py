@@ -6,11 +6,12 @@ Backends never compute shapes: they look the op up by name in their own table.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from remat.graph import Node
+if TYPE_CHECKING:
+    from remat.graph import Node
 
 
 class Aval(NamedTuple):
@@ -92,18 +93,6 @@ def pruned(node: Node, live: set) -> Node:
     """`node` narrowed to the outputs in `live` by its op's `prune` (a loop's), or as it is."""
     prune = OPS[node.op].prune
     return node if prune is None else prune(node, live)
-
-
-def linear_jvp(op_name: str) -> Callable:
-    """The JVP of an op linear in its one operand (reshape, sum, slice...): the op applied to
-    the tangent, d f(x) = f(dx)."""
-
-    def jvp(ts, x, out, **params):
-        from remat.trace import bind
-
-        return bind(OPS[op_name], ts[0], **params)
-
-    return jvp
 
 
 def declare(name: str, rule: Callable, vjp: Callable | Any, multiple_results: bool = False,
