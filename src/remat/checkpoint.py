@@ -28,11 +28,11 @@ from remat import checkpoint_derived as derived
 from remat.autodiff import backward_pass, replay_known
 from remat.backends import lowerings
 from remat.backends import numpy as evaluator
-from remat.core import Aval, BlockJVP, declare
+from remat.core import OPS, Aval, BlockJVP, declare
 from remat.custom_vjp import named_outputs
 from remat.errors import ArgumentTypeError, ArgumentValueError, at_source, callable_name, user_source
 from remat.forward import instantiate, jvp_graph, split_nodes
-from remat.graph import Graph, Node, Var, needed
+from remat.graph import Graph, Node, Var, needed, sub_graph
 from remat.ops.identity import barrier
 from remat.planner.budget import misplaced
 from remat.trace import (
@@ -161,8 +161,6 @@ def _prune(node: Node, live: set[Var]) -> Node:
     then no longer reads. A backward block computes the cotangent of every input and the caller
     often wants few (grad with respect to `x` needs no weight gradients). Residuals stay:
     whether a gradient will read them is not known yet."""
-    from remat.loops.prune import sub_graph  # the loops import this module
-
     p = node.params
     body = p["body"]
     n_out = len(body.outputs) - p.get("num_residuals", 0)
@@ -290,23 +288,21 @@ def _residuals(body: Graph, policy, guarantee: bool, captures: set[Var] = frozen
     the block would keep more bytes than the plain gradient of its body does, what the plain
     gradient keeps; the captured inputs (`captures`, alive for the whole step anyway: weights)
     cost the block nothing. With `reach`, the policy reaches into the body's scans and conds
-    (loops/policy_reach.py). Returns the body (rewritten, with those derivative values) and the
+    (`Op.under_policy`, loops/policy_reach.py). Returns the body (rewritten, with those derivative values) and the
     residuals."""
-    from remat.loops.policy_reach import offered, stepped  # the loops import this module
-
     if policy is policies.nothing_saveable:
         if not guarantee:  # a backward block
             return body, []
         reached = {}
     else:
-        body, reached = stepped(body, policy) if reach else (body, {})
+        body, reached = _reached(body, policy) if reach else (body, {})
     view = derived.gradient_view(body)
     # The replay shows a custom_vjp as fwd's code, so the policy sees fwd's names and ops, as in
     # JAX; but only fwd's outputs are values of the body, which the block can output.
     savable = set(view.body_of) | {v for n in view.derivable for v in n.outputs}
 
     # A loop or branch the policy reached into offers what it keeps for its gradient.
-    chosen = [savable.intersection(offered(n, reached) or (n.outputs if policies.decide(policy, n) else ()))
+    chosen = [savable.intersection(_offered(n, reached) or (n.outputs if policies.decide(policy, n) else ()))
               for n in view.graph.nodes]
     residuals, inputs = _walk(view.graph, chosen, set(view.read))
     plain = view.plain_reads()
@@ -314,6 +310,30 @@ def _residuals(body: Graph, policy, guarantee: bool, captures: set[Var] = frozen
     if guarantee and _nbytes(residuals + [v for v in inputs if v not in free]) > _nbytes(plain):
         return body, _walk(body, [set(n.outputs) for n in body.nodes], plain)[0]
     return derived.with_derived(body, view, residuals)
+
+
+def _reached(body: Graph, policy: Callable) -> tuple[Graph, dict[int, int]]:
+    """`body` with the blocks the policy reaches into rewritten by their `under_policy`, and for
+    each rewritten node (by the id of its first sub-graph) how many outputs it had before: those
+    after are the residuals it outputs for its gradient."""
+    nodes, reached = [], {}
+    for node in body.nodes:
+        before, reach = len(node.outputs), OPS[node.op].under_policy
+        if reach is not None:
+            node = reach(node, policy)
+        if len(node.outputs) > before:
+            reached[id(node.subgraphs()[0])] = before
+        nodes.append(node)
+    if not reached:
+        return body, {}
+    return Graph(body.inputs, body.outputs, nodes, body.constants), reached
+
+
+def _offered(node: Node, reached: dict[int, int]) -> tuple[Var, ...]:
+    """The outputs of a node `_reached` rewrote that hold its residuals (none for other nodes)."""
+    subs = node.subgraphs()
+    before = reached.get(id(subs[0])) if subs else None
+    return () if before is None else tuple(node.outputs[before:])
 
 
 def _nbytes(vs) -> int:

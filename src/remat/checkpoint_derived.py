@@ -23,7 +23,8 @@ import numpy as np
 
 from remat import dtypes
 from remat.autodiff import backward_pass, replay
-from remat.graph import Graph, Node, Var
+from remat.core import pruned
+from remat.graph import Graph, Node, Var, needed
 from remat.trace import new_trace
 
 _LAYOUT = frozenset({"permute_dims", "reshape", "broadcast_to", "slice", "pad", "flip", "concat", "take",
@@ -143,12 +144,8 @@ class Numbering:
                 nodes.append(n)
         if not rename:
             return graph
-        from remat.loops.prune import live_nodes  # the loops import the checkpoint
-
         outputs = [rename.get(v, v) for v in graph.outputs]
-        live = live_nodes(nodes, outputs)
-        read = {v for n in live for v in n.inputs} | set(outputs)
-        return Graph(graph.inputs, outputs, live, {v: a for v, a in graph.constants.items() if v in read})
+        return needed(graph.inputs, outputs, nodes, graph.constants, pruned)
 
     def _number(self, n: Node, ids: dict[Var, object]) -> None:
         params = _params_key(n.params)

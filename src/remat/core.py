@@ -72,6 +72,10 @@ class Op:
         # What the memory model and the planner read of a block: "inline", its body runs once,
         # where it stands, node by node (checkpoint, custom_vjp).
         self.traits: frozenset[str] = frozenset()
+        # A block a checkpoint's policy reaches into, as in JAX (loops/policy_reach.py):
+        # `under_policy(node, policy) -> node`, the node rewritten to output, after its own
+        # outputs, the values its gradient reads that the policy saves inside it (or as it is).
+        self.under_policy: Callable | None = None
 
     @property
     def differentiable(self) -> bool:

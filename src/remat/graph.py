@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from remat import dtypes
-from remat.core import OPS
+from remat.core import OPS, pruned
 
 
 class Var:
@@ -183,6 +183,15 @@ def live_nodes(nodes, outputs, prune: Callable | None = None) -> tuple[list[Node
             kept.append(node)
             live.update(node.inputs)
     return kept[::-1], live
+
+
+def sub_graph(graph: Graph, inputs: list[int], outputs: list[int]) -> tuple[Graph, set[Var]]:
+    """`graph` restricted to some of its inputs and outputs (positions), each block in it pruned
+    to what is read of it, and the Vars it reads."""
+    outs = [graph.outputs[k] for k in outputs]
+    nodes, read = live_nodes(graph.nodes, outs, pruned)
+    constants = {v: a for v, a in graph.constants.items() if v in read}
+    return Graph([graph.inputs[i] for i in inputs], outs, nodes, constants), read
 
 
 def needed(inputs, outputs, nodes, constants: dict, prune: Callable | None = None) -> Graph:

@@ -8,6 +8,7 @@ inputs of the block. Backends run them with their own loops (`numpy_impl`, `xla_
 
 from remat.backends import lowerings as _lowerings
 from remat.loops import numpy_impl as _numpy_impl  # noqa: F401  (gives the NumPy evaluator the loops)
+from remat.loops import policy_reach as _policy_reach  # noqa: F401  (lets a checkpoint's policy reach into loops and conds)
 from remat.loops import scan_binomial as _scan_binomial  # noqa: F401  (declares its op)
 from remat.loops.cond import cond, switch
 from remat.loops.scan import scan

@@ -7,7 +7,8 @@ products included. JAX's partial evaluation applies the policy inside instead: a
 stacks, per step, what the policy saves (and the carries), a cond outputs what its branch's
 policy saves, and the backward pass recomputes only the rest from them.
 
-`stepped(body, policy)` does that by rewriting the block's body before it chooses residuals:
+Each loop and cond does that through its `under_policy` slot, which the checkpoint calls on the
+block's body before it chooses residuals:
 
 - a plain scan gets as its step a checkpoint block under the policy, cut at once into the forward
   half of its gradient (`scan_vjp.split`): the scan stacks that step's residuals as extra ys, and
@@ -29,40 +30,17 @@ from remat import dtypes
 from remat.autodiff import emit
 from remat.checkpoint import checkpoint
 from remat.graph import Graph, Node, Var
+from remat.loops.cond import cond_op
+from remat.loops.scan import scan_op
 from remat.loops.scan_vjp import split
 from remat.ops.shape import broadcast_to
 from remat.trace import Tensor, asarray, new_trace
 
 
-def stepped(body: Graph, policy: Callable) -> tuple[Graph, dict[int, int]]:
-    """`body` with its plain scans and its conds rewritten as above, and for each rewritten node
-    (by the id of its first sub-graph) how many outputs it had before: those after are the
-    residuals it outputs for its gradient."""
-    nodes, reached = [], {}
-    for node in body.nodes:
-        before = len(node.outputs)
-        p = node.params
-        if node.op == "scan" and "checkpoint" not in p and p["num_carry"] + p["num_xs"] and p["length"]:
-            node = _stepped(node, policy)
-        elif node.op == "cond" and "num_residuals" not in p:
-            node = _branched(node, policy)
-        if len(node.outputs) > before:
-            reached[id(node.subgraphs()[0])] = before
-        nodes.append(node)
-    if not reached:
-        return body, {}
-    return Graph(body.inputs, body.outputs, nodes, body.constants), reached
-
-
-def offered(node: Node, reached: dict[int, int]) -> tuple[Var, ...]:
-    """The outputs of a node `stepped` rewrote that hold its residuals (none for other nodes)."""
-    subs = node.subgraphs()
-    before = reached.get(id(subs[0])) if subs else None
-    return () if before is None else tuple(node.outputs[before:])
-
-
 def _stepped(node: Node, policy: Callable) -> Node:
     p = node.params
+    if "checkpoint" in p or not (p["num_carry"] + p["num_xs"] and p["length"]):
+        return node  # a checkpointed scan keeps its own schedule; an empty one has nothing inside
     step, nc, nx = p["body"], p["num_carry"], p["num_xs"]
     with new_trace("scan step under a checkpoint policy") as t:
         ins = [t.new_input(v.shape, v.dtype) for v in step.inputs]
@@ -75,6 +53,8 @@ def _stepped(node: Node, policy: Callable) -> Node:
 
 
 def _branched(node: Node, policy: Callable) -> Node:
+    if "num_residuals" in node.params:
+        return node  # already outputs its branches' residuals
     graphs = node.subgraphs()  # branch0, branch1, ...
     residuals = [_blocked(g, policy) for g in graphs]
     if not any(residuals):
@@ -99,3 +79,7 @@ def _blocked(branch: Graph, policy: Callable, slots: list[tuple] | None = None, 
         filled = [broadcast_to(asarray(np.zeros((), dtype)), shape) for shape, dtype in slots]
         filled[first : first + len(residuals)] = residuals
         return t.to_graph(list(outs) + filled)
+
+
+scan_op.under_policy = _stepped
+cond_op.under_policy = _branched

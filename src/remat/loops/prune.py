@@ -15,22 +15,7 @@ every carry; when only its snapshots are read it need not run its last step (`sk
 
 from __future__ import annotations
 
-from remat.core import pruned
-from remat.graph import Graph, Node, Var
-from remat.graph import live_nodes as graph_live_nodes
-
-
-def live_nodes(nodes: list[Node], outputs: list[Var]) -> list[Node]:
-    """The nodes `outputs` depend on, in order, each loop among them pruned to what is read of it."""
-    return graph_live_nodes(nodes, outputs, pruned)[0]
-
-
-def sub_graph(graph: Graph, inputs: list[int], outputs: list[int]) -> tuple[Graph, set[Var]]:
-    """`graph` restricted to some of its inputs and outputs (positions), and the Vars it reads."""
-    outs = [graph.outputs[k] for k in outputs]
-    nodes, read = graph_live_nodes(graph.nodes, outs, pruned)
-    constants = {v: a for v, a in graph.constants.items() if v in read}
-    return Graph([graph.inputs[i] for i in inputs], outs, nodes, constants), read
+from remat.graph import Graph, Node, Var, sub_graph
 
 
 def _unchanged(old: Graph, new: Graph) -> bool:

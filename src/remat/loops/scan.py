@@ -53,20 +53,19 @@ def _scan_rule(*avals, body: Graph, length: int, reverse: bool, num_carry: int, 
     return ins[:nc] + [Aval((length, *a.shape), a.dtype) for a in outs[nc:]] + kept
 
 
-def _scan_vjp(gs, *inputs, out, **params):
-    from remat.loops.scan_binomial import binomial_vjp
-    from remat.loops.scan_vjp import scan_vjp
+def refuse_forward_mode(snapshots: int):
+    raise ArgumentTypeError(
+        f"scan: the gradient of a scan with checkpoint=binomial({snapshots}) cannot be differentiated in "
+        "forward mode (jvp of grad, hessian); use checkpoint=\"step\" or rm.loops.segments(k), whose gradients "
+        "are scans"
+    )
 
-    rule = binomial_vjp if "checkpoint" in params else scan_vjp
-    return rule(gs, inputs, out, params)
 
 
 def _scan_jvp(ts, *inputs, body: Graph, length, reverse, num_carry, num_xs, unroll=1, checkpoint=None,
               snapshots=None, skip_last=False):
     # A scan over (primal, tangent) carries and xs whose step is the JVP of the body. Every
     # float carry has a tangent carry: a zero one at the start may be nonzero after a step.
-    from remat.loops.scan_binomial import refuse_forward_mode
-
     if snapshots is not None:  # the forward sweep of a binomial gradient
         refuse_forward_mode(len(snapshots))
 
@@ -95,7 +94,8 @@ def _scan_jvp(ts, *inputs, body: Graph, length, reverse, num_carry, num_xs, unro
     return [*c, *ys], touts
 
 
-scan_op = declare("scan", _scan_rule, _scan_vjp, multiple_results=True, jvp=BlockJVP(_scan_jvp))
+# Its VJP is set by scan_binomial.py, which knows both schedules' rules (they import this module).
+scan_op = declare("scan", _scan_rule, None, multiple_results=True, jvp=BlockJVP(_scan_jvp))
 RULES["scan"] = block_rule
 scan_op.prune = prune_scan
 

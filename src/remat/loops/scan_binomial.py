@@ -34,11 +34,10 @@ from __future__ import annotations
 from remat.autodiff import replay
 from remat.core import Aval, BlockJVP, declare
 from remat.errors import ArgumentTypeError
-from remat.graph import Graph, Node, Var
+from remat.graph import Graph, Node, Var, sub_graph
 from remat.loops import revolve
-from remat.loops.prune import sub_graph
-from remat.loops.scan import scan
-from remat.loops.scan_vjp import _graph, _or_zeros, _outputs, _producer, split
+from remat.loops.scan import refuse_forward_mode, scan, scan_op
+from remat.loops.scan_vjp import _graph, _or_zeros, _outputs, _producer, scan_vjp, split
 from remat.trace import Tensor, bind, current_trace, new_trace
 from remat.vectorize import RULES, devectorize, vectorize
 
@@ -54,14 +53,6 @@ def _no_second_order(gs, *inputs, out, snapshots, **params):
     raise ArgumentTypeError(
         f"scan: the gradient of a scan with checkpoint=binomial({snapshots}) cannot be differentiated "
         "again (grad of grad); use checkpoint=\"step\" or rm.loops.segments(k), whose gradients are scans"
-    )
-
-
-def refuse_forward_mode(snapshots: int):
-    raise ArgumentTypeError(
-        f"scan: the gradient of a scan with checkpoint=binomial({snapshots}) cannot be differentiated in "
-        "forward mode (jvp of grad, hessian); use checkpoint=\"step\" or rm.loops.segments(k), whose gradients "
-        "are scans"
     )
 
 
@@ -164,6 +155,16 @@ def _one_entry_at_a_time(op, tensors: list[Tensor], params: dict, names: tuple) 
 
 
 RULES["scan_binomial"] = _one_entry_at_a_time
+
+
+def _scan_vjp(gs, *inputs, out, **params):
+    """The VJP of a scan: its steps' VJPs in a backward scan (scan_vjp.py), or Revolve's schedule
+    under `checkpoint=binomial(s)`."""
+    rule = binomial_vjp if "checkpoint" in params else scan_vjp
+    return rule(gs, inputs, out, params)
+
+
+scan_op.vjp = _scan_vjp  # here, where both schedules' rules are known
 
 
 def _step_graph(body: Graph, sp, nc: int, nx: int, invariant: list[Tensor], ct_ys: list[Tensor]) -> Graph:

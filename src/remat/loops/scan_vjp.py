@@ -33,8 +33,8 @@ import numpy as np
 
 from remat import dtypes
 from remat.autodiff import backward_pass, replay
-from remat.graph import Graph, Node, Var
-from remat.loops.prune import live_nodes
+from remat.core import pruned
+from remat.graph import Graph, Node, Var, live_nodes
 from remat.loops.scan import scan, scan_op
 from remat.trace import Tensor, asarray, bind, current_trace, new_trace
 
@@ -74,7 +74,7 @@ def split(body: Graph, nc: int, nx: int, y_cts: list[bool]) -> Split:
         x_cts = [j for j in range(nx) if cts[nc + j] is not None]
         const_cts = [k for k in range(len(body.inputs) - nc - nx) if cts[nc + nx + k] is not None]
         wanted = carry_cts + [t.lift(cts[nc + j]) for j in x_cts] + [t.lift(cts[nc + nx + k]) for k in const_cts]
-    fwd_nodes, bwd_nodes = t.nodes[:n_fwd], live_nodes(t.nodes[n_fwd:], wanted)
+    fwd_nodes, bwd_nodes = t.nodes[:n_fwd], live_nodes(t.nodes[n_fwd:], wanted, pruned)[0]
     grad_inputs = [c._var for c in ct_c.values()] + [c._var for c in ct_y.values()]
     made = {v for n in bwd_nodes for v in n.outputs} | set(grad_inputs) | set(t.constants)
     read = [v for v in dict.fromkeys([*(v for n in bwd_nodes for v in n.inputs), *wanted]) if v not in made]
@@ -131,7 +131,7 @@ def _invariant(nodes: list[Node], known: set[Var]) -> set[Var]:
 
 
 def _graph(inputs: list[Var], outputs: list[Var], nodes: list[Node], constants: dict) -> Graph:
-    kept = live_nodes(nodes, outputs)
+    kept = live_nodes(nodes, outputs, pruned)[0]
     used = {v for n in kept for v in n.inputs} | set(outputs)
     return Graph(inputs, outputs, kept, {v: a for v, a in constants.items() if v in used})
 
