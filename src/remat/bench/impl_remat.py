@@ -6,6 +6,7 @@ import numpy as np
 
 import remat as rm
 from remat.bench.config import GPT, MLP, RNN
+from remat.bench.timing import ready
 from remat.models import gpt_loss, residual_mlp_loss, rnn_loss, scanned_gpt_loss, scanned_mlp_loss
 
 # A loop model's plan as `rm.scan`'s checkpoint= (made when asked: the schedules are values).
@@ -36,17 +37,9 @@ def build(size, plan: str | float, params, data, backend: str):
     step_fn = step_function(size, plan)
     compiled = rm.jit(step_fn, backend=backend).lower(params, data).compile()
 
-    def finish(out):
-        loss, grads = out
-        if backend == "xla":
-            import jax
-
-            jax.block_until_ready([t._value for t in rm.tree.leaves(grads)])
-        return float(loss)
-
     step = lambda: compiled(params, data)  # noqa: E731
     step.compiled = compiled
-    return step, finish
+    return step, lambda out: float(ready(out)[0])
 
 
 def step_function(size, plan: str | float):
