@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import remat as rm
-from remat.bench.config import GPT, MLP, RNN
+from remat.bench.config import loss_of
 from remat.bench.timing import ready
 from remat.models import gpt_loss, residual_mlp_loss, rnn_loss, scanned_gpt_loss, scanned_mlp_loss
 
@@ -13,18 +13,14 @@ from remat.models import gpt_loss, residual_mlp_loss, rnn_loss, scanned_gpt_loss
 SCHEDULES = {"none": lambda: None, "step": lambda: "step", "sqrt": rm.loops.segments, "binomial": rm.loops.binomial}
 
 
+# Each model's loss, taking (params, data, plan or a loop model's schedule, a GPT's heads).
+LOSSES = {"mlp": residual_mlp_loss, "gpt": gpt_loss, "scanned-mlp": scanned_mlp_loss,
+          "scanned-gpt": scanned_gpt_loss, "rnn": lambda p, d, ck: rnn_loss(p, d[0], d[1], ck)}
+
+
 def loss_fn(size, plan: str):
     """The loss of `size`'s model as a function of (params, data), checkpointed as `plan` says."""
-    if size.scanned:
-        ck = SCHEDULES[plan]()
-        if isinstance(size, RNN):
-            return lambda p, d: rnn_loss(p, d[0], d[1], ck)
-        if isinstance(size, GPT):
-            return lambda p, d: scanned_gpt_loss(p, d, ck, size.heads)
-        return lambda p, x: scanned_mlp_loss(p, x, ck)
-    if isinstance(size, MLP):
-        return lambda p, x: residual_mlp_loss(p, x, plan)
-    return lambda p, x: gpt_loss(p, x, plan, size.heads)
+    return loss_of(size, SCHEDULES[plan]() if size.scanned else plan, LOSSES)
 
 
 def build(size, plan: str | float, params, data, backend: str):
