@@ -45,20 +45,17 @@ def callers(leaves: int):
         got = float(fn(tree))  # traces and compiles
         assert abs(got - expected) <= 1e-3 * max(1.0, abs(expected)), (got, expected)
 
-    def calling(fn):
-        def run(n: int) -> float:
-            """Seconds a call, over `n` calls in a row (the last one's result waited for)."""
+    def per_call(fn, n: int) -> float:
+        """Seconds a call, over `n` calls in a row (the last one's result waited for)."""
 
-            def calls():
-                for _ in range(n):
-                    out = fn(tree)
-                return out
+        def calls():
+            for _ in range(n):
+                out = fn(tree)
+            return out
 
-            return seconds(calls) / n
+        return seconds(calls) / n
 
-        return run
-
-    return {"remat": calling(remat_fn), "jax": calling(jax_fn)}
+    return {"remat": partial(per_call, remat_fn), "jax": partial(per_call, jax_fn)}
 
 
 def main(argv=None) -> int:
