@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+from remat.bench import timing
+
 
 def _thread_cpu() -> dict[int, float]:
     """CPU seconds (user + system) of each thread of this process, by thread id."""
@@ -81,13 +83,8 @@ def measure(setting: str, rounds: int) -> dict:
     steps = _steps(numpy_too=setting != "xla-only")
     for step, finish in steps.values():
         finish(step())  # warm up
-    times: dict[str, list[float]] = {k: [] for k in steps}
     start_cpu, start = _thread_cpu(), time.perf_counter()
-    for _ in range(rounds):
-        for name, (step, finish) in steps.items():
-            t = time.perf_counter()
-            finish(step())
-            times[name].append(time.perf_counter() - t)
+    times = timing.interleaved_pairs(steps, rounds)
     wall = time.perf_counter() - start
     end_cpu = _thread_cpu()
     burnt = {t: end_cpu[t] - start_cpu.get(t, 0.0) for t in end_cpu}
@@ -110,7 +107,7 @@ def spread(seconds: list[float]) -> str:
 
 
 def ratio(a: list[float], b: list[float]) -> str:
-    rs = [x / y for x, y in zip(a, b)]
+    rs = timing.ratios(a, b)
     return f"{statistics.median(rs):.2f} ({min(rs):.2f}–{max(rs):.2f})"
 
 

@@ -15,7 +15,9 @@ import argparse
 import json
 import statistics
 import sys
-import time
+from functools import partial
+
+from remat.bench.timing import ratios, round_robin, seconds
 
 TARGET = 2.0  # remat / jax.jit
 
@@ -43,17 +45,17 @@ def callers(leaves: int):
         got = float(fn(tree))  # traces and compiles
         assert abs(got - expected) <= 1e-3 * max(1.0, abs(expected)), (got, expected)
 
-    def calling(fn, unwrap):
-        def run(n: int) -> float:
-            t0 = time.perf_counter()
+    def per_call(fn, n: int) -> float:
+        """Seconds a call, over `n` calls in a row (the last one's result waited for)."""
+
+        def calls():
             for _ in range(n):
                 out = fn(tree)
-            jax.block_until_ready(unwrap(out))
-            return (time.perf_counter() - t0) / n
+            return out
 
-        return run
+        return seconds(calls) / n
 
-    return {"remat": calling(remat_fn, lambda t: t._value), "jax": calling(jax_fn, lambda a: a)}
+    return {"remat": partial(per_call, remat_fn), "jax": partial(per_call, jax_fn)}
 
 
 def main(argv=None) -> int:
@@ -66,19 +68,16 @@ def main(argv=None) -> int:
     run = callers(a.leaves)
     for fn in run.values():
         fn(3)  # warm up
-    times: dict[str, list[float]] = {"remat": [], "jax": []}
-    for r in range(a.rounds):
-        for name in (("remat", "jax") if r % 2 == 0 else ("jax", "remat")):
-            times[name].append(run[name](a.calls))
-    ratios = [x / y for x, y in zip(times["remat"], times["jax"])]
-    ratio = statistics.median(ratios)
+    times = round_robin({name: partial(fn, a.calls) for name, fn in run.items()}, a.rounds)
+    per_round = ratios(times["remat"], times["jax"])
+    ratio = statistics.median(per_round)
     if a.json:
-        print(json.dumps({"ratios": ratios, "median": ratio, "times": times}))
+        print(json.dumps({"ratios": per_round, "median": ratio, "times": times}))
         return 0
     us = {k: statistics.median(v) * 1e6 for k, v in times.items()}
     print(f"{a.leaves} NumPy leaves, {a.calls} calls a batch, {a.rounds} rounds, interleaved")
     print(f"  per call: remat {us['remat']:.0f} us, jax.jit {us['jax']:.0f} us (medians)")
-    print(f"  remat / jax.jit: {ratio:.2f}x median (range {min(ratios):.2f}-{max(ratios):.2f}), "
+    print(f"  remat / jax.jit: {ratio:.2f}x median (range {min(per_round):.2f}-{max(per_round):.2f}), "
           f"target <= {TARGET}x  " + ("ok" if ratio <= TARGET else "NOT MET"))
     return 0 if ratio <= TARGET else 1
 

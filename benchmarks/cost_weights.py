@@ -27,9 +27,11 @@ import argparse
 import json
 import statistics
 import sys
-import time
+from functools import partial
 
 import numpy as np
+
+from remat.bench.timing import interleaved
 
 ROWS, WIDTH = 1024, 128  # the residual MLP's activations: 512 KiB of float32
 BATCH, SIDE = 64, 64  # the batched product: (64, 128, 64) @ (64, 64, 64), as attention's
@@ -85,14 +87,8 @@ def _seconds_per_round(backend: str, name: str, low: int, high: int, rounds: int
     fns = {k: rm.jit(_chains(k)[name], backend=backend) for k in (low, high)}
     for f in fns.values():
         np.asarray(f(*args))  # compile, warm
-    diffs = []
-    for _ in range(rounds):
-        t = {}
-        for k, f in fns.items():
-            start = time.perf_counter()
-            np.asarray(f(*args))
-            t[k] = time.perf_counter() - start
-        diffs.append((t[high] - t[low]) / (high - low))
+    t = interleaved({k: partial(f, *args) for k, f in fns.items()}, rounds, wait=np.asarray)
+    diffs = [(h - lo) / (high - low) for lo, h in zip(t[low], t[high])]
     return max(statistics.median(diffs), 0.0)
 
 

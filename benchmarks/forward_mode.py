@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
+
+from remat.bench.timing import best_and_median, interleaved, ready
 
 TARGETS = {"jvp rm / jax": 1.3, "hvp rm / jax": 1.3}
 
@@ -51,15 +51,6 @@ def _programs(depth: int, width: int, batch: int):
     return {name: (lambda f=f: f(params, x, v)) for name, f in programs.items()}
 
 
-def _wait(out) -> None:
-    import jax
-
-    for leaf in jax.tree_util.tree_leaves(out, is_leaf=lambda t: hasattr(t, "_value")):
-        leaf = getattr(leaf, "_value", leaf)
-        if hasattr(leaf, "block_until_ready"):
-            leaf.block_until_ready()
-
-
 def _check(programs) -> None:
     """The two sides compute the same numbers (else the ratio would mean nothing)."""
     import numpy as np
@@ -84,15 +75,8 @@ def measure(depth: int, width: int, batch: int, repeats: int) -> dict[str, list[
     programs = _programs(depth, width, batch)
     _check(programs)
     for run in programs.values():
-        _wait(run())  # compile and warm up
-    times: dict[str, list[float]] = {name: [] for name in programs}
-    names = list(programs)
-    for r in range(repeats):
-        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order
-            t0 = time.perf_counter()
-            _wait(programs[name]())
-            times[name].append(time.perf_counter() - t0)
-    return times
+        ready(run())  # compile and warm up
+    return interleaved(programs, repeats)
 
 
 def main(argv=None) -> int:
@@ -105,11 +89,11 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     times = measure(a.layers, a.width, a.batch, a.repeats)
     pairs = {"jvp rm / jax": ("jvp rm", "jvp jax"), "hvp rm / jax": ("hvp rm", "hvp jax")}
-    best = {k: min(times[x]) / min(times[y]) for k, (x, y) in pairs.items()}
-    median = {k: statistics.median(times[x]) / statistics.median(times[y]) for k, (x, y) in pairs.items()}
+    ratios = best_and_median({k: (times[x], times[y]) for k, (x, y) in pairs.items()})
     if a.json:
-        print(json.dumps({"best": best, "median": median}))
+        print(json.dumps(ratios))
         return 0
+    best, median = ratios["best"], ratios["median"]
     print(f"residual MLP: {a.layers} layers, width {a.width}, batch {a.batch}; XLA, best of {a.repeats}, interleaved")
     failures = [k for k, r in best.items() if r > TARGETS[k]]
     for name, ratio in best.items():

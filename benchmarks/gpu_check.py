@@ -35,6 +35,7 @@ import time
 import numpy as np
 
 from remat.bench.config import GPT, PLANS, inputs, size_from_dict, size_to_dict
+from remat.bench.timing import rotated, seconds
 
 SIZE = GPT(layers=8, d_model=512, heads=8, seq=256, batch=16, vocab=2048)
 TINY = GPT(layers=2, d_model=32, heads=2, seq=16, batch=2, vocab=64)
@@ -113,7 +114,7 @@ def check(size, plans, rounds: int) -> dict:
 
     import remat as rm
     from remat.backends import xla
-    from remat.bench.worker import set_up_xla, timed
+    from remat.bench.worker import set_up_xla
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -149,8 +150,8 @@ def check(size, plans, rounds: int) -> dict:
                       "default_precision_error": worst_error(default, reference)},
         "memory": memory(plans, remat, other, plain, cpu_peak),
         "speed": {"precision": "JAX's default", "dot_precisions": sorted(set(_dot_precisions(text))),
-                  "remat_over_jax": speed(plans, remat, plain, rounds, timed),
-                  "other_lowering_over_jax": speed(plans, other, plain, rounds, timed)},
+                  "remat_over_jax": speed(plans, remat, plain, rounds),
+                  "other_lowering_over_jax": speed(plans, other, plain, rounds)},
         "seconds": round(time.perf_counter() - start, 1),
     }
 
@@ -168,16 +169,16 @@ def memory(plans, remat, other, plain, cpu_peak) -> dict:
     return {"unit": "MiB", "plans": rows}
 
 
-def speed(plans, ours, plain, rounds: int, timed) -> dict:
+def speed(plans, ours, plain, rounds: int) -> dict:
     log(f"timing {rounds} rounds")
     ratios: dict[str, list[float]] = {p: [] for p in plans}
     for p in plans:  # JAX's first run sets up its executable: not a step's time
-        timed(*ours[p]), timed(*plain[p])
+        seconds(*ours[p]), seconds(*plain[p])
     for r in range(rounds):
         for p in plans:
-            pair = [ours[p], plain[p]] if r % 2 else [plain[p], ours[p]]  # each goes first half the time
-            seconds = {id(s): timed(*s) for s in pair}
-            ratios[p].append(seconds[id(ours[p])] / seconds[id(plain[p])])
+            pair = {"plain": plain[p], "ours": ours[p]}
+            took = {k: seconds(*pair[k]) for k in rotated(list(pair), r)}  # each goes first half the time
+            ratios[p].append(took["ours"] / took["plain"])
     return {"median": {p: statistics.median(v) for p, v in ratios.items()},
             "range": {p: [min(v), max(v)] for p, v in ratios.items()}, "rounds": rounds}
 

@@ -28,13 +28,13 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 import tracemalloc
 
 import numpy as np
 
 import remat as rm
 from remat import models
+from remat.bench.timing import ready, round_robin, seconds
 
 MiB = 2**20
 SCHEDULES = ("plain", "body", "sqrt", "binomial")
@@ -105,7 +105,7 @@ def xla_peak(model: str, name: str, size: dict) -> dict:
 
     def step():
         loss, grads = compiled(*device_args)
-        jax.block_until_ready([t._value for t in rm.tree.leaves(grads)])  # remat's Tensors hold jax arrays
+        ready(grads)
         return float(loss)
 
     # No warm-up step: XLA:CPU may keep a large executable's temporaries resident after a run.
@@ -129,9 +129,8 @@ def xla_peak_in_child(model: str, name: str, size: dict) -> dict:
 def remat_compile_seconds(depth: int, width: int, batch: int) -> float:
     params, x = mlp_inputs(depth, width, batch)
     stacked = models.stack_params(params)
-    start = time.perf_counter()
-    rm.jit(rm.grad(lambda s, x: models.scanned_mlp_loss(s, x)), backend="xla").lower(stacked, x).compile()
-    return time.perf_counter() - start
+    return seconds(lambda: rm.jit(rm.grad(lambda s, x: models.scanned_mlp_loss(s, x)), backend="xla")
+                   .lower(stacked, x).compile())
 
 
 def jax_compile_seconds(depth: int, width: int, batch: int) -> float:
@@ -148,9 +147,7 @@ def jax_compile_seconds(depth: int, width: int, batch: int) -> float:
         h = jax.lax.scan(layer, x, wb)[0]
         return jnp.mean(h * h)
 
-    start = time.perf_counter()
-    jax.jit(jax.grad(loss)).lower((W, b), jnp.asarray(np.asarray(x))).compile()
-    return time.perf_counter() - start
+    return seconds(lambda: jax.jit(jax.grad(loss)).lower((W, b), jnp.asarray(np.asarray(x))).compile())
 
 
 def scale(width: int = 128, batch: int = 256, rounds: int = 5) -> dict:
@@ -158,11 +155,7 @@ def scale(width: int = 128, batch: int = 256, rounds: int = 5) -> dict:
     jobs = {"remat-16": lambda: remat_compile_seconds(16, width, batch),
             "remat-1024": lambda: remat_compile_seconds(1024, width, batch),
             "jax-1024": lambda: jax_compile_seconds(1024, width, batch)}
-    times: dict[str, list[float]] = {k: [] for k in jobs}
-    for r in range(rounds):
-        for k in list(jobs)[r % 3 :] + list(jobs)[: r % 3]:
-            times[k].append(jobs[k]())
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {k: statistics.median(v) for k, v in round_robin(jobs, rounds).items()}
     return {**med, "depth_ratio": med["remat-1024"] / med["remat-16"], "jax_ratio": med["remat-1024"] / med["jax-1024"]}
 
 

@@ -19,16 +19,16 @@ are noisy on a shared machine).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tracemalloc
+from functools import partial
 
 import numpy as np
 
 import remat as rm
 from remat.bench.config import GPT, MLP, inputs
 from remat.bench.impl_remat import loss_fn, step_function
-from remat.bench.worker import timed
+from remat.bench.timing import interleaved, median_ratio
 from remat.planner.cost import WEIGHTS, node_cost
 
 SIZES = {
@@ -70,11 +70,8 @@ def measure(size, fraction: float, rounds: int) -> dict:
     traced_peak = tracemalloc.get_traced_memory()[1] - before
     tracemalloc.stop()
     memory = capped.last_memory
-    times = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, c in runs.items():
-            times[name].append(timed(lambda c=c: c(params, data), lambda out: out))
-    ratios = {name: statistics.median(t / r for t, r in zip(times[name], times["no checkpoint"])) for name in runs}
+    times = interleaved({name: partial(c, params, data) for name, c in runs.items()}, rounds)
+    ratios = {name: median_ratio(times[name], times["no checkpoint"]) for name in runs}
     return {
         "size": size, "peak": peak, "cap": cap, "budget": budget, "same": same, "ratios": ratios,
         "peaks": {name: c.last_memory.peak for name, c in runs.items()}, "traced_peak": traced_peak,

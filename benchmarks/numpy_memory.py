@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import time
 import tracemalloc
+from functools import partial
 
 import numpy as np
 
 import remat as rm
 from remat.bench.report import ratio
+from remat.bench.timing import interleaved
 from remat.models import PLANS, residual_mlp_loss, residual_mlp_params
 
 
@@ -56,13 +58,8 @@ def time_ratio(plan, depth: int = 32, width: int = 128, batch: int = 1024, repea
     """Step time with `plan` over step time without checkpoints, round by round (both steps run
     in each round, the order alternating): the median ratio and its spread, as `remat bench`."""
     params, x = _inputs(depth, width, batch)
-    steps = {p: _compiled_step(p, params, x) for p in ("none", plan)}
-    times = {p: [] for p in steps}
-    for r in range(repeats):
-        for p in (("none", plan) if r % 2 == 0 else (plan, "none")):
-            start = time.perf_counter()
-            steps[p](params, x)
-            times[p].append(time.perf_counter() - start)
+    steps = {p: partial(_compiled_step(p, params, x), params, x) for p in ("none", plan)}
+    times = interleaved(steps, repeats)
     return ratio({"times": times[plan]}, {"times": times["none"]})
 
 

@@ -29,7 +29,9 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+from functools import partial
+
+from remat.bench.timing import round_robin, seconds
 
 TARGET = 1.3
 PLANS = ("none", "layer", "inside")
@@ -47,18 +49,11 @@ def run(idiom: str, plan: str, depth: int, width: int, batch: int) -> dict[str, 
     x = rm.asarray(np.random.default_rng(0).normal(size=(batch, width)), "float32")
     args = (params if idiom == "list" else models.stack_params(params), x)
     jax.block_until_ready(jax.numpy.zeros(1) + 1)  # start the runtime outside the clock
-    step = rm.jit(rm.value_and_grad(lambda p, x: loss(p, x, idiom, plan)), backend="xla")
-
-    def timed() -> float:
-        t0 = time.perf_counter()
-        out = step(*args)
-        jax.block_until_ready([t._value for t in rm.tree.leaves(out)])
-        return time.perf_counter() - t0
-
-    first = timed()
+    step = partial(rm.jit(rm.value_and_grad(lambda p, x: loss(p, x, idiom, plan)), backend="xla"), *args)
+    first = seconds(step)
     for _ in range(3):
-        timed()
-    return {"first": first, "step": statistics.median(timed() for _ in range(20))}
+        seconds(step)
+    return {"first": first, "step": statistics.median(seconds(step) for _ in range(20))}
 
 
 def loss(p, x, idiom: str, plan: str):
@@ -87,12 +82,11 @@ def measure(depth: int, width: int, batch: int, repeats: int) -> dict[str, dict[
     """Per plan, the median ratios stacked / list of the first call and of the step."""
     out = {}
     for plan in PLANS:
-        firsts, steps = [], []
-        for r in range(repeats):
-            order = ("list", "stacked") if r % 2 == 0 else ("stacked", "list")
-            got = {idiom: in_child(idiom, plan, depth, width, batch) for idiom in order}
-            firsts.append(got["stacked"]["first"] / got["list"]["first"])
-            steps.append(got["stacked"]["step"] / got["list"]["step"])
+        got = round_robin({idiom: partial(in_child, idiom, plan, depth, width, batch) for idiom in ("list", "stacked")},
+                          repeats)
+        pairs = list(zip(got["stacked"], got["list"]))  # one pair of children a round
+        firsts = [stacked["first"] / listed["first"] for stacked, listed in pairs]
+        steps = [stacked["step"] / listed["step"] for stacked, listed in pairs]
         out[plan] = {"first call": statistics.median(firsts), "step": statistics.median(steps),
                      "first call range": (min(firsts), max(firsts)), "step range": (min(steps), max(steps))}
     return out

@@ -18,13 +18,15 @@ import argparse
 import json
 import statistics
 import sys
-import time
+from functools import partial
+
+from remat.bench import timing
 
 TARGET = 1.35  # checkpoint per layer / no checkpoint; the ideal is 4/3
 
 
 def build(plan: str, depth: int, width: int, batch: int):
-    """A function running one step to completion (every gradient ready)."""
+    """One step as a function of nothing: its loss and gradients (`timing.ready` waits for them)."""
     import jax
 
     import remat as rm
@@ -33,27 +35,15 @@ def build(plan: str, depth: int, width: int, batch: int):
 
     params, x = jax.device_put(inputs(MLP(depth=depth, width=width, batch=batch)))
     step = rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, plan)), backend="xla")
-    compiled = step.lower(params, x).compile()
-
-    def run():
-        loss, grads = compiled(params, x)
-        jax.block_until_ready([t._value for t in rm.tree.leaves((loss, grads))])
-
-    return run
+    return partial(step.lower(params, x).compile(), params, x)
 
 
 def rounds(depth: int, width: int, batch: int, n: int) -> dict[str, list[float]]:
     steps = {plan: build(plan, depth, width, batch) for plan in ("none", "layer")}
     for run in steps.values():
-        run()
-        run()  # the second run settles XLA's buffers
-    times: dict[str, list[float]] = {plan: [] for plan in steps}
-    for r in range(n):
-        for plan in (("none", "layer") if r % 2 == 0 else ("layer", "none")):
-            t0 = time.perf_counter()
-            steps[plan]()
-            times[plan].append(time.perf_counter() - t0)
-    return times
+        timing.ready(run())
+        timing.ready(run())  # the second run settles XLA's buffers
+    return timing.interleaved(steps, n)
 
 
 def main(argv=None) -> int:
@@ -65,7 +55,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     times = rounds(a.layers, a.width, a.batch, a.rounds)
-    ratios = [c / b for c, b in zip(times["layer"], times["none"])]
+    ratios = timing.ratios(times["layer"], times["none"])
     ratio = statistics.median(ratios)
     q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratio] * 3
     if a.json:

@@ -17,7 +17,9 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+from functools import partial
+
+from remat.bench import timing
 
 TARGET = 2.0  # deep / shallow
 
@@ -34,10 +36,7 @@ def first_call(depth: int, width: int, batch: int) -> float:
     x = rm.asarray(np.random.default_rng(0).normal(size=(batch, width)), "float32")
     jax.block_until_ready(jax.numpy.zeros(1) + 1)  # start the runtime outside the clock
     step = rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, "layer")), backend="xla")
-    t0 = time.perf_counter()
-    loss, grads = step(params, x)
-    jax.block_until_ready([t._value for t in rm.tree.leaves((loss, grads))])
-    return time.perf_counter() - t0
+    return timing.seconds(partial(step, params, x))
 
 
 def in_child(depth: int, width: int, batch: int) -> float:
@@ -60,11 +59,9 @@ def main(argv=None) -> int:
     if a.child:
         print(first_call(a.child, a.width, a.batch))
         return 0
-    times: dict[int, list[float]] = {a.shallow: [], a.deep: []}
-    for r in range(a.repeats):
-        for depth in ((a.shallow, a.deep) if r % 2 == 0 else (a.deep, a.shallow)):
-            times[depth].append(in_child(depth, a.width, a.batch))
-    ratios = [d / s for s, d in zip(times[a.shallow], times[a.deep])]
+    children = {depth: partial(in_child, depth, a.width, a.batch) for depth in (a.shallow, a.deep)}
+    times = timing.round_robin(children, a.repeats)
+    ratios = timing.ratios(times[a.deep], times[a.shallow])
     ratio = statistics.median(ratios)
     limit = TARGET
     if a.json:

@@ -55,7 +55,7 @@ def compiled_step(impl: str, plan: str, size, params, x):
 def measure(impl: str, plan: str, depth: int, width: int, batch: int) -> dict:
     from remat.bench.config import MLP, inputs
     from remat.bench.rss import peak_during
-    from remat.bench.worker import timed
+    from remat.bench.timing import seconds
 
     size = MLP(depth=depth, width=width, batch=batch)
     params, x = inputs(size)
@@ -65,7 +65,7 @@ def measure(impl: str, plan: str, depth: int, width: int, batch: int) -> dict:
     del params, x
     # No warm-up step: XLA:CPU keeps a large executable's temporary buffer resident after its
     # second run, which would hide the very peak being measured inside the baseline.
-    step_s, baseline, peak = peak_during(lambda: timed(step, finish), interval=0.001, high_water=True)
+    step_s, baseline, peak = peak_during(lambda: seconds(step, finish), interval=0.001, high_water=True)
     activation = batch * width * 4
     row = {
         "impl": impl, "plan": plan, "peak_mib": (peak - baseline) / MiB,

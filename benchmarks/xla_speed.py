@@ -18,13 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
+from functools import partial
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from xla_memory import compiled_step, size_arguments  # noqa: E402
+
+from remat.bench.timing import best_and_median, interleaved_pairs, round_robin, seconds  # noqa: E402
 
 TARGETS = {"remat none / jax none": 1.05, "remat layer / remat none": 1.40, "compile remat / jax": 2.0}
 
@@ -39,19 +40,13 @@ VARIANTS = [
 
 def step_times(depth: int, width: int, batch: int, repeats: int) -> dict[str, list[float]]:
     from remat.bench.config import MLP, inputs
-    from remat.bench.worker import timed
 
     size = MLP(depth=depth, width=width, batch=batch)
     params, x = inputs(size)
     steps = {name: compiled_step(impl, plan, size, params, x) for name, impl, plan in VARIANTS}
     for step, finish in steps.values():
         finish(step())  # warm up
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for r in range(repeats):
-        order = list(steps)[r % len(steps) :] + list(steps)[: r % len(steps)]  # rotate the order
-        for name in order:
-            times[name].append(timed(*steps[name]))
-    return times
+    return interleaved_pairs(steps, repeats)
 
 
 def compile_once(impl: str, depth: int, width: int, batch: int) -> float:
@@ -64,24 +59,23 @@ def compile_once(impl: str, depth: int, width: int, batch: int) -> float:
     from remat.models import residual_mlp_loss
 
     params, x = jax.device_put(inputs(MLP(depth=depth, width=width, batch=batch)))
-    t0 = time.perf_counter()
-    if impl == "jax":
-        jax.jit(jax.value_and_grad(lambda p, x: mlp_loss(p, x, "layer"))).lower(params, x).compile()
-    else:
-        step = rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, "layer")), backend="xla")
-        step.lower(params, x).compile()
-    return time.perf_counter() - t0
+
+    def fresh():
+        if impl == "jax":
+            return jax.jit(jax.value_and_grad(lambda p, x: mlp_loss(p, x, "layer")))
+        return rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, "layer")), backend="xla")
+
+    return seconds(lambda: fresh().lower(params, x).compile())
 
 
 def compile_times(depth: int, width: int, batch: int, repeats: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"remat": [], "jax": []}
-    for r in range(repeats):
-        for impl in (("remat", "jax") if r % 2 == 0 else ("jax", "remat")):
-            args = [sys.executable, os.path.abspath(__file__), "--compile-child", impl,
-                    "--layers", str(depth), "--width", str(width), "--batch", str(batch)]
-            done = subprocess.run(args, capture_output=True, text=True, check=True)
-            times[impl].append(float(done.stdout.strip().splitlines()[-1]))
-    return times
+    def compile_in_child(impl: str) -> float:
+        args = [sys.executable, os.path.abspath(__file__), "--compile-child", impl,
+                "--layers", str(depth), "--width", str(width), "--batch", str(batch)]
+        done = subprocess.run(args, capture_output=True, text=True, check=True)
+        return float(done.stdout.strip().splitlines()[-1])
+
+    return round_robin({impl: partial(compile_in_child, impl) for impl in ("remat", "jax")}, repeats)
 
 
 def main(argv=None) -> int:
@@ -105,11 +99,11 @@ def main(argv=None) -> int:
         "jax layer / jax none": (steps["jax layer"], steps["jax none"]),
         "compile remat / jax": (compiles["remat"], compiles["jax"]),
     }
-    ratios = {k: min(x) / min(y) for k, (x, y) in pairs.items()}
-    medians = {k: statistics.median(x) / statistics.median(y) for k, (x, y) in pairs.items()}
+    found = best_and_median(pairs)
     if a.json:
-        print(json.dumps({"best": ratios, "median": medians}))
+        print(json.dumps(found))
         return 0
+    ratios, medians = found["best"], found["median"]
     print(f"step: {a.layers} layers, width {a.width}, batch {a.batch}, best of {a.repeats}, interleaved")
     print(f"compile: {a.compile_layers} layers, a checkpoint per layer, best of {a.compile_repeats} fresh processes")
     failures = []

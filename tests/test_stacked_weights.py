@@ -216,3 +216,20 @@ def test_a_stacked_argument_also_read_whole_is_sliced_at_run_time_offsets():
     want = rm.jit(rm.grad(loss))(stacked, x)
     np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), rtol=1e-12, atol=1e-14)
+
+
+def test_the_slices_of_the_stacked_idiom_each_pass_takes():
+    from remat import stacked
+
+    def reads(w):
+        return w[1], w[:, 2:4], w[0:2, 1], w[::2], w[3:4:2], w[1:1]
+
+    g = rm.make_graph(reads)(rm.ones((4, 5)))
+    slices = [n for n in g.nodes if n.op == "slice"]
+    assert [stacked.cut_axis(n) for n in slices] == [0, 1, None, 0, 0, 0]
+    assert [stacked.unit_step_cut(n) for n in slices] == [0, 1, None, None, None, None]  # host_slices, accumulate
+    assert [stacked.one_element_cut(n) for n in slices] == [0, None, None, None, 0, None]  # xla_offsets
+    assert stacked.shared_cut(slices[:1] * 2) == 0 and stacked.shared_cut(slices[:2]) is None
+    read_by = stacked.readers(g)[g.inputs[0]]
+    assert read_by == slices and stacked.only_sliced(read_by)  # checkpoint's hoisting: any slices
+    assert not stacked.only_sliced([]) and not stacked.only_sliced([n for n in g.nodes if n.op != "slice"])

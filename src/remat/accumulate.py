@@ -20,6 +20,7 @@ from remat.errors import source_of
 from remat.graph import Graph, Node, Var
 from remat.ops.creation import zeros
 from remat.ops.shape import concat, pad
+from remat.stacked import unit_step_cut
 from remat.trace import Tensor
 
 
@@ -59,8 +60,8 @@ class Cotangents(dict):
 
 
 def _combined(x: Var, pieces: list[tuple[Tensor, Node]], env: dict[Var, Tensor]) -> Tensor:
-    axis = _shared_axis(x, [node for _, node in pieces])
-    joined = [(g, node) for g, node in pieces if axis is not None and _cut_axes(x, node) == [axis]]
+    axis = _shared_axis([node for _, node in pieces])
+    joined = [(g, node) for g, node in pieces if axis is not None and unit_step_cut(node) == axis]
     if len(joined) < 2 or _overlapping(_ranges(joined, axis)):
         joined = []
     total = _laid_side_by_side(x, joined, axis) if joined else None
@@ -77,22 +78,14 @@ def _vjp(g: Tensor, node: Node, env: dict[Var, Tensor]) -> Tensor:
     return ct
 
 
-def _cut_axes(x: Var, node: Node) -> list[int]:
-    """The axes `node` (a slice of `x`) does not take whole; [] for a strided or empty slice,
-    which is left to the usual VJP."""
-    p = node.params
-    if any(s != 1 for s in p["step"]) or any(a >= b for a, b in zip(p["start"], p["stop"])):
-        return []
-    return [d for d, n in enumerate(x.shape) if (p["start"][d], p["stop"][d]) != (0, n)]
-
-
-def _shared_axis(x: Var, nodes: list[Node]) -> int | None:
-    """The single axis most of the slices cut (None: none cuts exactly one)."""
+def _shared_axis(nodes: list[Node]) -> int | None:
+    """The axis most of the slices cut as `unit_step_cut` says (None: none is such a slice);
+    strided slices, empty ones and those cutting several axes are left to the usual VJP."""
     counts: dict[int, int] = {}
     for node in nodes:
-        cut = _cut_axes(x, node)
-        if len(cut) == 1:
-            counts[cut[0]] = counts.get(cut[0], 0) + 1
+        axis = unit_step_cut(node)
+        if axis is not None:
+            counts[axis] = counts.get(axis, 0) + 1
     return max(counts, key=counts.get) if counts else None
 
 

@@ -35,6 +35,7 @@ from remat.forward import instantiate, jvp_graph, split_nodes
 from remat.graph import Graph, Node, Var, needed, sub_graph
 from remat.ops.identity import barrier
 from remat.planner.budget import misplaced
+from remat.stacked import only_sliced, readers
 from remat.trace import (
     Tensor,
     asarray,
@@ -229,15 +230,11 @@ def _hoist_slices(node: Node) -> tuple[list[Node], Node]:
     the backward pass differentiates, so that each block's gradient is its slice's (see
     `autodiff._slices_outside_blocks`)."""
     body, saved = node.params["body"], node.params["saved"]
-    readers: dict[Var, list[Node]] = {v: [] for v in body.inputs}
-    for n in body.nodes:
-        for v in n.inputs:
-            if v in readers:
-                readers[v].append(n)
+    read_by = readers(body)
     outside, dropped, moved = [], set(), []
     for i, v in enumerate(body.inputs):
-        rs = readers[v]
-        if i in saved or not rs or v in body.outputs or any(n.op != "slice" for n in rs):
+        rs = read_by.get(v, [])
+        if i in saved or v in body.outputs or not only_sliced(rs):
             continue
         dropped.add(i)
         for n in rs:

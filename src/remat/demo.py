@@ -12,11 +12,13 @@ import math
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 import remat as rm
+from remat.bench.timing import interleaved
 from remat.models import residual_mlp, residual_mlp_params
 
 MiB = 2**20
@@ -137,17 +139,13 @@ def measure(results: list[Result], sizes: Sizes, data, backend: str, rounds: int
         f = lambda p, plan=r.plan: loss(p, xb, yb, plan)  # noqa: E731
         r.profile = rm.memory.profile(f, params, backend=backend, argnums=0)
         r.peak = r.profile.peak_bytes
-    steps = [rm.jit(rm.value_and_grad(lambda p, plan=r.plan: loss(p, xb, yb, plan)), backend=backend)
+    steps = [partial(rm.jit(rm.value_and_grad(lambda p, plan=r.plan: loss(p, xb, yb, plan)), backend=backend), params)
              for r in results]
     for s in steps:
-        s(params)  # compile
-    for r in results:
-        r.step_times = []
-    for _ in range(rounds):
-        for r, s in zip(results, steps):
-            start = time.perf_counter()
-            s(params)
-            r.step_times.append(time.perf_counter() - start)
+        s()  # compile
+    times = interleaved(dict(enumerate(steps)), rounds)
+    for i, r in enumerate(results):
+        r.step_times = times[i]
 
 
 def evaluate(params: dict, data, backend: str) -> tuple[float, float]:

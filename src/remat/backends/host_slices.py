@@ -21,7 +21,8 @@ import dataclasses
 
 import numpy as np
 
-from remat.graph import Graph, Node, Var
+from remat.graph import Graph
+from remat.stacked import readers, shared_cut
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,16 +73,13 @@ def host_slices(graph: Graph) -> tuple[Graph, HostSlices | None]:
 
     if jax.default_backend() != "cpu":
         return graph, None
-    readers: dict[Var, list[Node]] = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            readers.setdefault(v, []).append(node)
+    read_by = readers(graph)
     results = set(graph.outputs)
     moved: set[int] = set()
     inputs, in_plan = [], []
     for pos, v in enumerate(graph.inputs):
-        nodes = readers.get(v, [])
-        axis = _shared_cut(v, nodes) if v not in results and len(nodes) > 1 else None
+        nodes = read_by.get(v, [])
+        axis = shared_cut(nodes) if v not in results and len(nodes) > 1 else None
         if axis is None:
             inputs.append(v)
             in_plan.append((pos, None, 0, 0))
@@ -94,7 +92,7 @@ def host_slices(graph: Graph) -> tuple[Graph, HostSlices | None]:
     outputs, out_plan = [], []
     for v in graph.outputs:
         node = producer.get(v)
-        if node is None or node.op != "concat" or v in readers or graph.outputs.count(v) > 1:
+        if node is None or node.op != "concat" or v in read_by or graph.outputs.count(v) > 1:
             out_plan.append(len(outputs))
             outputs.append(v)
             continue
@@ -105,17 +103,3 @@ def host_slices(graph: Graph) -> tuple[Graph, HostSlices | None]:
         return graph, None
     nodes = [n for n in graph.nodes if id(n) not in moved]
     return Graph(inputs, outputs, nodes, graph.constants), HostSlices(tuple(in_plan), tuple(out_plan))
-
-
-def _shared_cut(x: Var, nodes: list[Node]) -> int | None:
-    """The axis every node in `nodes` slices `x` along, with step 1 and nothing else cut."""
-    axes = {_cut_axis(x, node) for node in nodes}
-    return axes.pop() if len(axes) == 1 and None not in axes else None
-
-
-def _cut_axis(x: Var, node: Node) -> int | None:
-    if node.op != "slice" or any(s != 1 for s in node.params["step"]):
-        return None
-    p = node.params
-    cut = [d for d, n in enumerate(x.shape) if (p["start"][d], p["stop"][d]) != (0, n)]
-    return cut[0] if len(cut) == 1 and p["stop"][cut[0]] > p["start"][cut[0]] else None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from remat.graph import Graph, Node, Var
+from remat.stacked import one_element_cut
 
 
 def offsets_at_run_time(graph: Graph) -> Graph:
@@ -25,7 +26,7 @@ def offsets_at_run_time(graph: Graph) -> Graph:
     gather of many indices costs more than a slice, and they are not the stacked idiom."""
     groups: dict[Var, dict[int, set[int]]] = {}  # operand -> axis -> distinct starts
     for node in graph.nodes:
-        axis = _cut_axis(node)
+        axis = one_element_cut(node)
         if axis is not None:
             groups.setdefault(node.inputs[0], {}).setdefault(axis, set()).add(node.params["start"][axis])
     wanted = {(x, axis) for x, by_axis in groups.items() for axis, starts in by_axis.items() if len(starts) > 1}
@@ -34,7 +35,7 @@ def offsets_at_run_time(graph: Graph) -> Graph:
     constants = dict(graph.constants)
     nodes = []
     for node in graph.nodes:
-        axis = _cut_axis(node)
+        axis = one_element_cut(node)
         if axis is None or (node.inputs[0], axis) not in wanted:
             nodes.append(node)
             continue
@@ -44,13 +45,3 @@ def offsets_at_run_time(graph: Graph) -> Graph:
         constants[v] = index
         nodes.append(Node("take", (node.inputs[0], v), node.outputs, {"axis": axis}, node.source))
     return Graph(graph.inputs, graph.outputs, nodes, constants)
-
-
-def _cut_axis(node: Node) -> int | None:
-    """The one axis a slice takes one element of, keeping the others whole (None: another slice
-    or another op)."""
-    if node.op != "slice":
-        return None
-    p, shape = node.params, node.inputs[0].shape
-    cut = [d for d, n in enumerate(shape) if (p["start"][d], p["stop"][d], p["step"][d]) != (0, n, 1)]
-    return cut[0] if len(cut) == 1 and p["stop"][cut[0]] - p["start"][cut[0]] == 1 else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
@@ -114,6 +115,7 @@ SIZES = {
     ("rnn", True): RNN(steps=16, width=32, inputs=8, batch=4),
 }
 KINDS = {cls.__name__: cls for cls in (MLP, GPT, ScannedMLP, ScannedGPT, RNN)}
+_MODEL_OF = {type(size): model for (model, _), size in SIZES.items()}
 
 
 def size_of(model: str, quick: bool):
@@ -126,6 +128,15 @@ def plans_of(model: str) -> tuple[str, ...]:
 
 def plan_name(model: str, plan: str) -> str:
     return (LOOP_PLAN_NAMES if size_of(model, True).scanned else PLAN_NAMES)[plan]
+
+
+def loss_of(size, plan, losses: dict[str, Callable]) -> Callable:
+    """`size`'s model's loss in one framework, as a function of (params, data). `losses` holds
+    that framework's loss of each model, by its name in `MODELS`, taking (params, data, plan)
+    and a GPT's number of heads; `plan` is as that framework takes it."""
+    loss = losses[_MODEL_OF[type(size)]]
+    heads = (size.heads,) if isinstance(size, GPT) else ()
+    return lambda params, data: loss(params, data, plan, *heads)
 
 
 def size_to_dict(size) -> dict:

@@ -9,7 +9,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from remat.bench.config import GPT, MLP, RNN, NotSupported
+from remat.bench.config import NotSupported, loss_of
 from remat.models import causal_mask, segment_length, segments
 
 
@@ -132,17 +132,13 @@ def rnn_loss(params: dict, data, plan: str):
     return jnp.mean(per_step)
 
 
+LOSSES = {"mlp": mlp_loss, "gpt": gpt_loss, "scanned-mlp": scanned_mlp_loss, "scanned-gpt": scanned_gpt_loss,
+          "rnn": rnn_loss}
+
+
 def loss_fn(size, plan: str):
     """The loss of `size`'s model as a function of (params, data)."""
-    if size.scanned:
-        if isinstance(size, RNN):
-            return lambda p, d: rnn_loss(p, d, plan)
-        if isinstance(size, GPT):
-            return lambda p, d: scanned_gpt_loss(p, d, plan, size.heads)
-        return lambda p, x: scanned_mlp_loss(p, x, plan)
-    if isinstance(size, MLP):
-        return lambda p, x: mlp_loss(p, x, plan)
-    return lambda p, x: gpt_loss(p, x, plan, size.heads)
+    return loss_of(size, plan, LOSSES)
 
 
 def build(size, plan: str, params, data):

@@ -5,25 +5,22 @@ from __future__ import annotations
 import numpy as np
 
 import remat as rm
-from remat.bench.config import GPT, MLP, RNN
+from remat.bench.config import loss_of
+from remat.bench.timing import ready
 from remat.models import gpt_loss, residual_mlp_loss, rnn_loss, scanned_gpt_loss, scanned_mlp_loss
 
 # A loop model's plan as `rm.scan`'s checkpoint= (made when asked: the schedules are values).
 SCHEDULES = {"none": lambda: None, "step": lambda: "step", "sqrt": rm.loops.segments, "binomial": rm.loops.binomial}
 
 
+# Each model's loss, taking (params, data, plan or a loop model's schedule, a GPT's heads).
+LOSSES = {"mlp": residual_mlp_loss, "gpt": gpt_loss, "scanned-mlp": scanned_mlp_loss,
+          "scanned-gpt": scanned_gpt_loss, "rnn": lambda p, d, ck: rnn_loss(p, d[0], d[1], ck)}
+
+
 def loss_fn(size, plan: str):
     """The loss of `size`'s model as a function of (params, data), checkpointed as `plan` says."""
-    if size.scanned:
-        ck = SCHEDULES[plan]()
-        if isinstance(size, RNN):
-            return lambda p, d: rnn_loss(p, d[0], d[1], ck)
-        if isinstance(size, GPT):
-            return lambda p, d: scanned_gpt_loss(p, d, ck, size.heads)
-        return lambda p, x: scanned_mlp_loss(p, x, ck)
-    if isinstance(size, MLP):
-        return lambda p, x: residual_mlp_loss(p, x, plan)
-    return lambda p, x: gpt_loss(p, x, plan, size.heads)
+    return loss_of(size, SCHEDULES[plan]() if size.scanned else plan, LOSSES)
 
 
 def build(size, plan: str | float, params, data, backend: str):
@@ -36,17 +33,9 @@ def build(size, plan: str | float, params, data, backend: str):
     step_fn = step_function(size, plan)
     compiled = rm.jit(step_fn, backend=backend).lower(params, data).compile()
 
-    def finish(out):
-        loss, grads = out
-        if backend == "xla":
-            import jax
-
-            jax.block_until_ready([t._value for t in rm.tree.leaves(grads)])
-        return float(loss)
-
     step = lambda: compiled(params, data)  # noqa: E731
     step.compiled = compiled
-    return step, finish
+    return step, lambda out: float(ready(out)[0])
 
 
 def step_function(size, plan: str | float):

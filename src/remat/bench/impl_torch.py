@@ -5,13 +5,14 @@ plans are not run."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from remat.bench.config import GPT, MLP, RNN, NotSupported
+from remat.bench.config import NotSupported, loss_of
 from remat.models import causal_mask, segment_length, segments
 
 
@@ -120,17 +121,13 @@ def _next_token_loss(params: dict, h, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long())
 
 
+LOSSES = {"mlp": mlp_loss, "gpt": gpt_loss, "scanned-mlp": scanned_mlp_loss, "scanned-gpt": scanned_gpt_loss,
+          "rnn": rnn_loss}
+
+
 def loss_fn(size, plan: str, params, data):
     """The loss of `size`'s model on `params` and `data` (tensors), as a function of nothing."""
-    if size.scanned:
-        if isinstance(size, RNN):
-            return lambda: rnn_loss(params, data, plan)
-        if isinstance(size, GPT):
-            return lambda: scanned_gpt_loss(params, data, plan, size.heads)
-        return lambda: scanned_mlp_loss(params, data, plan)
-    if isinstance(size, MLP):
-        return lambda: mlp_loss(params, data, plan)
-    return lambda: gpt_loss(params, data, plan, size.heads)
+    return functools.partial(loss_of(size, plan, LOSSES), params, data)
 
 
 def _tensors(tree, grad: bool):

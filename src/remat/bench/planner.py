@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from remat.bench import timing
 from remat.bench.config import GPT, MLP, PLAN_NAMES, inputs, size_from_dict, size_to_dict
 
 SIZES = {
@@ -211,7 +212,7 @@ def measure_model(model: str, quick: bool = False, backends=None, budgets=None, 
         times = {k.split("/", 1)[1]: v for k, v in res["times"].items()}
         for p in plans:
             rows[be, p]["times"] = times[str(p)]
-        noise[be] = _ratios(times["none'"], times["none"])
+        noise[be] = timing.ratios(times["none'"], times["none"])
         timed[be] = dict(zip([p for p in plans if isinstance(p, float)], res["plans"]))  # built in this order
         log(f"{model}: time on {be}")
     return {"model": model, "size": size, "rows": rows, "noise": noise, "infeasible": infeasible, "timed_plans": timed}
@@ -221,15 +222,11 @@ def _backend_of(job: dict) -> str:
     return next(be for be, fw in FRAMEWORK.items() if fw == job["framework"])
 
 
-def _ratios(times: list[float], base: list[float]) -> list[float]:
-    return [a / b for a, b in zip(times, base)]
-
-
 def time_ratio(row: dict, base: dict) -> float | None:
     """The median of the per-round ratios of `row`'s step time to `base`'s."""
     if "times" not in row or "times" not in base:
         return None
-    return statistics.median(_ratios(row["times"], base["times"]))
+    return timing.median_ratio(row["times"], base["times"])
 
 
 def noise_of(ratios: list[float]) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 
 from remat.bench.config import plan_name, plans_of, size_of
+from remat.bench.timing import ratios
 
 LABELS = {
     "remat-numpy": "remat · NumPy", "remat-xla": "remat · XLA",
@@ -24,7 +25,7 @@ def ratio(row: dict | None, base: dict | None) -> str:
         return "n/a"
     if row is base:
         return "1.00x"
-    rs = [a / b for a, b in zip(row["times"], base["times"])]
+    rs = ratios(row["times"], base["times"])
     return f"{statistics.median(rs):.2f}x ({min(rs):.2f}–{max(rs):.2f})"
 
 

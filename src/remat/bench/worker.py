@@ -31,11 +31,11 @@ from __future__ import annotations
 import gc
 import json
 import sys
-import time
 import tracemalloc
 
 from remat.bench.config import NotSupported, inputs, size_from_dict
 from remat.bench.rss import peak_during
+from remat.bench.timing import interleaved_pairs
 
 FIRST_RUN = {"remat-xla", "jax"}  # measured on the first run after compiling (see above)
 
@@ -103,13 +103,6 @@ def _traced(step, finish) -> int:
         tracemalloc.stop()
 
 
-def timed(step, finish) -> float:
-    """Seconds of one step, until all its results are ready."""
-    start = time.perf_counter()
-    finish(step())
-    return time.perf_counter() - start
-
-
 def time_job(job: dict) -> dict:
     """`{"times": {"framework/plan": [seconds per round]}, "losses": {...}}` for every entry that
     the framework supports, all timed in each round, starting one entry later every round."""
@@ -124,11 +117,7 @@ def time_job(job: dict) -> dict:
         except NotSupported:
             continue
     losses = {k: finish(step()) for k, (step, finish) in steps.items()}  # warm up
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    keys = list(steps)
-    for r in range(job["rounds"] if keys else 0):
-        for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
-            times[k].append(timed(*steps[k]))
+    times = interleaved_pairs(steps, job["rounds"])
     return {"times": times, "losses": losses}
 
 
