@@ -102,6 +102,7 @@ from remat.ops.arrays import (
 )
 from remat.ops import decompositions  # noqa: F401  (declares the primitives rm.linalg binds)
 from remat.ops import update  # noqa: F401  (installs Tensor.at)
+from remat.ops import tensor_methods  # noqa: F401  (installs Tensor's operators and methods)
 
 __all__ = [
     "OPS", "NOT_DIFFERENTIABLE", "Op", "declare",

@@ -291,6 +291,3 @@ def _is_int(item) -> bool:
         not isinstance(item, Tensor) or item.is_concrete
     )
 
-
-# `x[index]` is this function; `help(Tensor.__getitem__)` should state its rule too.
-Tensor.__getitem__.__doc__ = getitem.__doc__
