@@ -361,8 +361,10 @@ class Tensor:
         value = np.asarray(self._concrete_value("converting to a NumPy array"))
         return value if dtype is None else value.astype(dtype)
 
-    # `__jax_array__`, `__dlpack__` and `__dlpack_device__` are installed by remat/interop.py,
-    # `.at` by remat/ops/update.py: the modules that own those protocols.
+    # The operators (`+`, `==`, `x[i]`, ...) and NumPy's array methods (`x.T`, `x.sum()`, ...)
+    # are installed by remat/ops/tensor_methods.py, beside the op functions they call;
+    # `__jax_array__`, `__dlpack__` and `__dlpack_device__` by remat/interop.py, `.at` by
+    # remat/ops/update.py: the modules that own those protocols.
 
     def item(self):
         return self._concrete_value("item()").item()
@@ -394,137 +396,6 @@ class Tensor:
             body = np.array2string(np.asarray(self._value), separator=", ", prefix="Tensor(" + vec)
             return f"Tensor({vec}{body}, dtype={self.dtype})"
         return f"Tensor({vec}traced {type_str(self.shape, self.dtype)} in `{self._trace.name}`)"
-
-    # Operators and methods delegate to the op functions (bound at the end of this module).
-    def __add__(self, o): return _ops.add(self, o)  # noqa: E704
-    def __radd__(self, o): return _ops.add(o, self)  # noqa: E704
-    def __sub__(self, o): return _ops.subtract(self, o)  # noqa: E704
-    def __rsub__(self, o): return _ops.subtract(o, self)  # noqa: E704
-    def __mul__(self, o): return _ops.multiply(self, o)  # noqa: E704
-    def __rmul__(self, o): return _ops.multiply(o, self)  # noqa: E704
-    def __truediv__(self, o): return _ops.divide(self, o)  # noqa: E704
-    def __rtruediv__(self, o): return _ops.divide(o, self)  # noqa: E704
-    def __pow__(self, o): return _ops.pow(self, o)  # noqa: E704
-    def __rpow__(self, o): return _ops.pow(o, self)  # noqa: E704
-    def __matmul__(self, o): return _ops.matmul(self, o)  # noqa: E704
-    def __rmatmul__(self, o): return _ops.matmul(o, self)  # noqa: E704
-    def __neg__(self): return _ops.negative(self)  # noqa: E704
-    def __pos__(self): return self  # noqa: E704
-    def __abs__(self): return _ops.abs(self)  # noqa: E704
-    def __eq__(self, o): return _ops.equal(self, o)  # type: ignore[override]  # noqa: E704
-    def __ne__(self, o): return _ops.not_equal(self, o)  # type: ignore[override]  # noqa: E704
-    def __lt__(self, o): return _ops.less(self, o)  # noqa: E704
-    def __le__(self, o): return _ops.less_equal(self, o)  # noqa: E704
-    def __gt__(self, o): return _ops.greater(self, o)  # noqa: E704
-    def __ge__(self, o): return _ops.greater_equal(self, o)  # noqa: E704
-    def __invert__(self): return _ops.logical_not(self)  # noqa: E704
-    def __and__(self, o): return _ops.logical_and(self, o)  # noqa: E704
-    def __or__(self, o): return _ops.logical_or(self, o)  # noqa: E704
-    def __floordiv__(self, o): return _ops.floor_divide(self, o)  # noqa: E704
-    def __rfloordiv__(self, o): return _ops.floor_divide(o, self)  # noqa: E704
-    def __mod__(self, o): return _ops.remainder(self, o)  # noqa: E704
-    def __rmod__(self, o): return _ops.remainder(o, self)  # noqa: E704
-    def __divmod__(self, o): return _ops.floor_divide(self, o), _ops.remainder(self, o)  # noqa: E704
-    def __rdivmod__(self, o): return _ops.floor_divide(o, self), _ops.remainder(o, self)  # noqa: E704
-    def __getitem__(self, index): return _ops.getitem(self, index)  # noqa: E704
-
-    # Methods as NumPy's and JAX's arrays have them, each the remat function of the same name.
-    @property
-    def T(self) -> Tensor:
-        """All axes reversed, as `ndarray.T`."""
-        return _ops.transpose(self)
-
-    @property
-    def mT(self) -> Tensor:
-        """The last two axes swapped (a batch of matrices transposed), as `ndarray.mT`."""
-        return _ops.matrix_transpose(self)
-
-    def astype(self, dtype) -> Tensor:
-        return _ops.astype(self, dtype)
-
-    def reshape(self, *shape) -> Tensor:
-        """`x.reshape(2, 3)` or `x.reshape((2, 3))`, as NumPy's."""
-        return _ops.reshape(self, _varargs(shape))
-
-    def transpose(self, *axes) -> Tensor:
-        """`x.transpose()` (all axes reversed), `x.transpose(1, 0, 2)` or `x.transpose((1, 0, 2))`."""
-        return _ops.transpose(self, _varargs(axes) if axes else None)
-
-    def flatten(self) -> Tensor:
-        """The tensor as 1-d (a reshape: remat tensors are immutable, so NumPy's copy is moot)."""
-        return _ops.reshape(self, (-1,))
-
-    def ravel(self) -> Tensor:
-        return _ops.reshape(self, (-1,))
-
-    def squeeze(self, axis=None) -> Tensor:
-        return _ops.squeeze(self, axis)
-
-    def sum(self, axis=None, keepdims=False) -> Tensor:
-        return _ops.sum(self, axis=axis, keepdims=keepdims)
-
-    def prod(self, axis=None, keepdims=False) -> Tensor:
-        return _ops.prod(self, axis=axis, keepdims=keepdims)
-
-    def mean(self, axis=None, keepdims=False) -> Tensor:
-        return _ops.mean(self, axis=axis, keepdims=keepdims)
-
-    def var(self, axis=None, ddof=0, keepdims=False) -> Tensor:
-        return _ops.var(self, axis=axis, ddof=ddof, keepdims=keepdims)
-
-    def std(self, axis=None, ddof=0, keepdims=False) -> Tensor:
-        return _ops.std(self, axis=axis, ddof=ddof, keepdims=keepdims)
-
-    def max(self, axis=None, keepdims=False) -> Tensor:
-        return _ops.max(self, axis=axis, keepdims=keepdims)
-
-    def min(self, axis=None, keepdims=False) -> Tensor:
-        return _ops.min(self, axis=axis, keepdims=keepdims)
-
-    def argmax(self, axis=None, keepdims=False) -> Tensor:
-        return _ops.argmax(self, axis=axis, keepdims=keepdims)
-
-    def argmin(self, axis=None, keepdims=False) -> Tensor:
-        return _ops.argmin(self, axis=axis, keepdims=keepdims)
-
-    def cumsum(self, axis=None, dtype=None) -> Tensor:
-        return _ops.cumsum(self, axis=axis, dtype=dtype)
-
-    def cumprod(self, axis=None, dtype=None) -> Tensor:
-        return _ops.cumprod(self, axis=axis, dtype=dtype)
-
-    def sort(self, axis=-1, descending=False) -> Tensor:
-        """The sorted tensor (a new one, as JAX's `x.sort()`; NumPy's sorts in place)."""
-        return _ops.sort(self, axis=axis, descending=descending)
-
-    def argsort(self, axis=-1, descending=False) -> Tensor:
-        return _ops.argsort(self, axis=axis, descending=descending)
-
-    def clip(self, min=None, max=None) -> Tensor:
-        return _ops.clip(self, min, max)
-
-    def swapaxes(self, axis1, axis2) -> Tensor:
-        return _ops.swapaxes(self, axis1, axis2)
-
-    def round(self, decimals=0) -> Tensor:
-        return _ops.round(self, decimals)
-
-    def all(self, axis=None, keepdims=False) -> Tensor:
-        return _ops.all(self, axis=axis, keepdims=keepdims)
-
-    def any(self, axis=None, keepdims=False) -> Tensor:
-        return _ops.any(self, axis=axis, keepdims=keepdims)
-
-    def repeat(self, repeats, axis=None) -> Tensor:
-        return _ops.repeat(self, repeats, axis=axis)
-
-    def diagonal(self, offset=0, axis1=0, axis2=1) -> Tensor:
-        return _ops.diagonal(self, offset, axis1, axis2)
-
-
-def _varargs(args: tuple):
-    """A method's `*args` as NumPy reads them: `f(2, 3)` and `f((2, 3))` are the same call."""
-    return args[0] if len(args) == 1 and not isinstance(args[0], (int, np.integer)) else args
 
 
 def _snapshot(value) -> np.ndarray:
@@ -583,7 +454,7 @@ def asarray(x, dtype=None) -> Tensor:
             return x._weakly_typed(False)  # a dtype asked for is strong
         if x.is_concrete and not x._vaxes and not dtypes.can_hold(x.dtype, np.dtype(dtype)):
             values.convert(np.asarray(x._value), np.dtype(dtype), "asarray")  # only to check the values fit
-        return _ops.astype(x, dtype)
+        return bind(OPS["convert"], x, dtype=dtypes.canonical(dtype, "asarray"))  # `astype`'s primitive
     if is_device_array(x):
         if dtypes.is_supported(x.dtype) and (dtype is None or x.dtype == dtypes.canonical(dtype, "asarray")):
             return Tensor._concrete(x)  # a JAX array stays on its device
@@ -639,7 +510,10 @@ def _stacked_level(x, dtype: np.dtype, kind: str) -> Tensor:
         if r.shape != rows[0].shape:
             raise ShapeError(f"asarray: the nested {kind} of tensors is ragged: its entry {i} has shape {r.shape} "
                              f"and entry 0 has {rows[0].shape}; the entries of one list must have one shape")
-    return _ops.stack(rows)
+    # `stack(rows)` with the primitives it binds (the ops are above this module): the rows share
+    # one shape and dtype already, so each gets a leading axis and they are joined along it.
+    rows = [bind(OPS["reshape"], r, shape=(1, *r.shape)) for r in rows]
+    return rows[0] if len(rows) == 1 else bind(OPS["concat"], *rows, axis=0)
 
 
 def is_tensor_like(x) -> bool:
@@ -734,5 +608,3 @@ def _output_tensor(x) -> Tensor:
         )
     return asarray(x)
 
-
-from remat import ops as _ops  # noqa: E402  (operators need the op functions; they need Tensor)

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from remat import dtypes
-from remat.backends import rounding
+from remat import dtypes, rounding
 from remat.errors import ArgumentTypeError, DTypeError, RematError, ShapeError, ValueOverflow
 
 MAX_RANK = 64  # NumPy's limit on dimensions
@@ -95,7 +94,7 @@ def convert(a: np.ndarray, target: np.dtype, what: str, fix: str = PASS_DTYPE,
 
 def cast(a: np.ndarray, target: np.dtype) -> np.ndarray:
     """`a.astype(target)`, except that a value reaching bfloat16 is rounded once (ml_dtypes
-    rounds float64 and integers twice, through float32: see remat/backends/rounding.py)."""
+    rounds float64 and integers twice, through float32: see remat/rounding.py)."""
     if target == dtypes.bfloat16:
         return np.asarray(rounding.to_bfloat16(np, np.asarray(a)))
     return a.astype(target)

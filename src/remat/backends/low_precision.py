@@ -10,7 +10,7 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
-from remat.backends import rounding
+from remat import rounding
 
 LOW = (np.dtype("float16"), np.dtype(ml_dtypes.bfloat16))
 ACCUMULATOR = np.dtype("float32")

@@ -32,6 +32,7 @@ from remat.loops.body import Carry, template, tensor_leaves, weak_leaves
 from remat.loops.checkpointed import segmented, step_checkpointed
 from remat.loops.prune import prune_scan
 from remat.ops.shape import permute_dims
+from remat.ops.update import register_scan
 from remat.trace import Tensor, bind, current_trace
 from remat.vectorize import RULES, block_rule
 
@@ -145,6 +146,9 @@ def scan(fn: Callable, init, xs=None, length: int | None = None, reverse: bool =
     final = [o._relabel(c._vaxes) for o, c in zip(outs[:nc], body.carry)]
     ys = [_scan_axis_back(o, v) for o, v in zip(outs[nc:], traced.out_vaxes[nc:])]
     return tree.unflatten(carry_tree, final), tree.unflatten(body.y_tree, ys)
+
+
+register_scan(scan)  # `x.at[idx].apply(fn)` loops with it where idx is traced
 
 
 def _check_options(reverse, unroll) -> None:

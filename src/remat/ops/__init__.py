@@ -1,9 +1,37 @@
-"""The op set. Each module declares its primitives once and composes the rest."""
+"""The op set. Each module declares its primitives once and composes the rest.
 
-# The order matters: elementwise before shape, whose ops the elementwise rules use (isort would
-# put the modules that import shape first).
-from remat.core import NOT_DIFFERENTIABLE, OPS, Op, declare  # noqa: I001
+elementwise, shape, creation and reduce use each other's ops in their gradient rules (a sum
+un-broadcasts a cotangent, a slice's transpose pads zeros): an import cycle. Each of them imports
+the others as module objects (`from remat.ops import shape as _shape`, then `_shape.reshape(...)`
+when a function runs), never names, so that any module of the package can be imported first."""
+
+from remat.core import NOT_DIFFERENTIABLE, OPS, Op, declare
+from remat.ops import (
+    decompositions,  # noqa: F401  (declares the primitives rm.linalg binds)
+    tensor_methods,  # noqa: F401  (installs Tensor's operators and methods)
+    update,  # noqa: F401  (installs Tensor.at)
+)
+from remat.ops.arrays import (
+    atleast_1d,
+    atleast_2d,
+    atleast_3d,
+    diag,
+    diagonal,
+    meshgrid,
+    moveaxis,
+    ravel,
+    repeat,
+    roll,
+    swapaxes,
+    take_along_axis,
+    tile,
+    tril,
+    triu,
+)
 from remat.ops.creation import arange, eye, full, full_like, linspace, ones, ones_like, zeros, zeros_like
+from remat.ops.cumulative import cumprod, cumsum
+from remat.ops.division import floor_divide, remainder
+from remat.ops.einsum import einsum
 from remat.ops.elementwise import (
     abs,
     add,
@@ -39,7 +67,9 @@ from remat.ops.elementwise import (
 from remat.ops.identity import barrier, checkpoint_name, stop_gradient
 from remat.ops.indexing import getitem, index_add, take
 from remat.ops.linalg import matmul, outer, tensordot
+from remat.ops.nonfinite import fmax, fmin, isfinite, isinf, isnan, nan_to_num, nansum
 from remat.ops.reduce import all, any, argmax, argmin, count_nonzero, max, mean, min, prod, sum
+from remat.ops.rounding import ceil, floor, round, trunc
 from remat.ops.shape import (
     broadcast_to,
     concat,
@@ -56,10 +86,8 @@ from remat.ops.shape import (
     stack,
     transpose,
 )
-from remat.ops.cumulative import cumprod, cumsum
-from remat.ops.division import floor_divide, remainder
-from remat.ops.einsum import einsum
 from remat.ops.sort import argsort, sort
+from remat.ops.special_functions import digamma, erf, erfc, gammaln, polygamma
 from remat.ops.statistics import average, std, var
 from remat.ops.transcendental import (
     arccos,
@@ -80,28 +108,6 @@ from remat.ops.transcendental import (
     sinh,
     tan,
 )
-from remat.ops.rounding import ceil, floor, round, trunc
-from remat.ops.nonfinite import fmax, fmin, isfinite, isinf, isnan, nan_to_num, nansum
-from remat.ops.special_functions import digamma, erf, erfc, gammaln, polygamma
-from remat.ops.arrays import (
-    atleast_1d,
-    atleast_2d,
-    atleast_3d,
-    diag,
-    diagonal,
-    meshgrid,
-    moveaxis,
-    ravel,
-    repeat,
-    roll,
-    swapaxes,
-    take_along_axis,
-    tile,
-    tril,
-    triu,
-)
-from remat.ops import decompositions  # noqa: F401  (declares the primitives rm.linalg binds)
-from remat.ops import update  # noqa: F401  (installs Tensor.at)
 
 __all__ = [
     "OPS", "NOT_DIFFERENTIABLE", "Op", "declare",

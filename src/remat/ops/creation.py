@@ -11,7 +11,9 @@ import numpy as np
 
 from remat import dtypes, values
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError, ValueOverflow
-from remat.ops.axes import shape_tuple, static_int
+from remat.ops import elementwise as _elementwise  # modules, not names: an import cycle (ops/__init__.py)
+from remat.ops import shape as _shape
+from remat.ops.axes import axis_index, shape_tuple, static_int
 from remat.trace import Tensor, asarray
 
 
@@ -30,11 +32,9 @@ def full(shape, fill_value, dtype=None) -> Tensor:
 def _full(what: str, shape: tuple[int, ...], fill_value, dtype, vaxes: tuple = ()) -> Tensor:
     """`shape` (which includes the vectorized axes `vaxes`, leading) filled with `fill_value`."""
     if isinstance(fill_value, Tensor):
-        from remat.ops.shape import broadcast_to
-
         if vaxes:
             shape = shape[len(vaxes):]
-        return broadcast_to(asarray(fill_value, dtype), shape)
+        return _shape.broadcast_to(asarray(fill_value, dtype), shape)
     value = values.array(fill_value, dtype, what)
     try:
         return _tensor(np.full(shape, value, value.dtype))._relabel(vaxes)
@@ -180,31 +180,24 @@ def _exact(bound: Tensor, given):
 
 
 def _axis(what: str, axis, bounds: list[Tensor], num: int) -> int:
-    from remat.ops.axes import axis_index
-    from remat.ops.elementwise import broadcast_shapes
-
-    ndim = len(broadcast_shapes(*(b.shape for b in bounds))) + 1
+    ndim = len(_elementwise.broadcast_shapes(*(b.shape for b in bounds))) + 1
     return axis_index(what, axis, ndim)
 
 
 def _traced_linspace(bounds: list[Tensor], num: int, endpoint: bool, work, target, axis) -> Tensor:
     """linspace from tensor bounds, with NumPy's formula: start + i * (stop - start) / div."""
-    from remat.ops.division import floor_divide
-    from remat.ops.elementwise import broadcast_shapes
-    from remat.ops.shape import broadcast_to, concat, expand_dims, permute_dims, reshape, slice_axis
-
     lo, hi = (b.astype(work) for b in bounds)
-    shape = broadcast_shapes(lo.shape, hi.shape)
-    lo, hi = broadcast_to(lo, shape), broadcast_to(hi, shape)
+    shape = _elementwise.broadcast_shapes(lo.shape, hi.shape)
+    lo, hi = _shape.broadcast_to(lo, shape), _shape.broadcast_to(hi, shape)
     div = num - 1 if endpoint else num
-    steps = reshape(arange(num, dtype=work), (num,) + (1,) * len(shape))
+    steps = _shape.reshape(arange(num, dtype=work), (num,) + (1,) * len(shape))
     y = lo + steps * ((hi - lo) / float(div)) if div > 0 else lo + steps * (hi - lo)
     if endpoint and num > 1:
-        y = concat([slice_axis(y, 0, 0, num - 1), expand_dims(hi, 0)], axis=0)
+        y = _shape.concat([_shape.slice_axis(y, 0, 0, num - 1), _shape.expand_dims(hi, 0)], axis=0)
     order = list(range(1, y.ndim))
     order.insert(_axis("linspace", axis, bounds, num), 0)
-    y = permute_dims(y, order)
-    return (floor_divide(y, 1.0) if dtypes.is_int(target) else y).astype(target)
+    y = _shape.permute_dims(y, order)
+    return (y // 1.0 if dtypes.is_int(target) else y).astype(target)
 
 
 def _tensor(a: np.ndarray) -> Tensor:

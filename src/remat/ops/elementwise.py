@@ -13,6 +13,8 @@ import numpy as np
 from remat import dtypes, values
 from remat.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError
+from remat.ops import reduce as _reduce  # modules, not names: an import cycle (ops/__init__.py)
+from remat.ops import shape as _shape
 from remat.trace import Tensor, asarray, bind, is_weak
 
 # ---------------------------------------------------------------- shape/dtype rules
@@ -96,14 +98,11 @@ def unbroadcast(g: Tensor, shape: tuple[int, ...]) -> Tensor:
     """Sum `g` over the axes broadcasting added or stretched, so it has `shape` again."""
     if g.shape == tuple(shape):
         return g
-    from remat.ops.reduce import sum as _sum
-    from remat.ops.shape import reshape
-
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
         lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1
     )
-    return reshape(_sum(g, axis=axes), shape)
+    return _shape.reshape(_reduce.sum(g, axis=axes), shape)
 
 
 def _ub(rule):
@@ -134,10 +133,9 @@ def _plus(a, b):
 
 def _binary_jvp(dx, dy):
     """A binary JVP from each operand's share `d(t, x, y, out)`, broadcast to the output."""
-    from remat.ops.shape import broadcast_to
 
     def jvp(ts, x, y, out):
-        parts = [None if t is None else broadcast_to(d(t, x, y, out), out.shape) for t, d in zip(ts, (dx, dy))]
+        parts = [None if t is None else _shape.broadcast_to(d(t, x, y, out), out.shape) for t, d in zip(ts, (dx, dy))]
         return _plus(*parts)
 
     return jvp
@@ -233,11 +231,9 @@ def _where_vjp(g, c, x, y, out):
 
 def _where_jvp(ts, c, x, y, out):
     # The tangent of the branch chosen.
-    from remat.ops.shape import broadcast_to
-
     zero = zeros_scalar(out.dtype)
     tx, ty = (zero if t is None else t for t in ts[1:])
-    return broadcast_to(where(c, tx, ty), out.shape)
+    return _shape.broadcast_to(where(c, tx, ty), out.shape)
 
 
 _where = declare("where", _where_rule, _where_vjp, jvp=_where_jvp)

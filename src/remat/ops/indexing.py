@@ -27,6 +27,7 @@ from remat.errors import (
     TracerError,
 )
 from remat.ops.axes import axis_index, static_int
+from remat.ops.creation import zeros
 from remat.ops.shape import flip, permute_dims, reshape, slice
 from remat.trace import Tensor, asarray, bind, is_device_array
 
@@ -50,8 +51,6 @@ def _index_add_rule(x: Aval, idx: Aval, upd: Aval, *, axis: int) -> Aval:
 def _take_vjp(g, x, idx, out, *, axis):
     # Gathering copies x[idx]; its transpose adds each cotangent back where it came from. Both
     # backends clamp an index the same way in take and index_add, so that is where it was read.
-    from remat.ops.creation import zeros
-
     return bind(_index_add, zeros(x.shape, g.dtype), idx, g, axis=axis), None
 
 
@@ -62,8 +61,6 @@ def _index_add_vjp(g, x, idx, upd, out, *, axis):
 
 def _index_add_jvp(ts, x, idx, upd, out, *, axis):
     # Linear in x and the updates: the tangents scattered the same way.
-    from remat.ops.creation import zeros
-
     tx, _, tu = ts
     if tu is None:
         return tx
@@ -291,6 +288,3 @@ def _is_int(item) -> bool:
         not isinstance(item, Tensor) or item.is_concrete
     )
 
-
-# `x[index]` is this function; `help(Tensor.__getitem__)` should state its rule too.
-Tensor.__getitem__.__doc__ = getitem.__doc__

@@ -11,6 +11,9 @@ import builtins
 from remat import dtypes
 from remat.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError
+from remat.ops import creation as _creation  # modules, not names: an import cycle (ops/__init__.py)
+from remat.ops import elementwise as _elementwise
+from remat.ops import shape as _shape
 from remat.ops.axes import axis_index, listed, normalize_axes
 from remat.trace import Tensor, asarray, bind, linear_jvp
 
@@ -33,16 +36,12 @@ def kept_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]
 
 def _expand(g: Tensor, x: Tensor, axes) -> Tensor:
     """`g`, reduced over `axes`, reshaped so it broadcasts against `x`."""
-    from remat.ops.shape import reshape
-
-    return reshape(g, kept_shape(x.shape, axes))
+    return _shape.reshape(g, kept_shape(x.shape, axes))
 
 
 def _sum_vjp(g, x, out, *, axes):
     # d sum(x) = sum(dx): every element gets the cotangent of its sum.
-    from remat.ops.shape import broadcast_to
-
-    return (broadcast_to(_expand(g, x, axes), x.shape),)
+    return (_shape.broadcast_to(_expand(g, x, axes), x.shape),)
 
 
 def _prod_vjp(g, x, out, *, axes):
@@ -50,15 +49,13 @@ def _prod_vjp(g, x, out, *, axes):
     # nonzero ones, prod(x') / x'_i with zeros replaced by 1 (so nothing divides by 0), times
     # that of the zero ones: 1 if there is none, the other zero itself if there is one (value 0,
     # derivative 1), else 0. NOTE: exact to second order at zeros, not beyond.
-    from remat.ops.elementwise import where
-
     zero = x == 0
-    safe = where(zero, 1, x)
+    safe = _elementwise.where(zero, 1, x)
     nonzero_part = _expand(prod(safe, axis=axes), x, axes) / safe
-    zeros = where(zero, x, 0)
+    zeros = _elementwise.where(zero, x, 0)
     n_other = _expand(sum(zero, axis=axes), x, axes) - zero.astype(dtypes.int32)
     other_zero = _expand(sum(zeros, axis=axes), x, axes) - zeros
-    zero_part = where(n_other == 0, 1, where(n_other == 1, other_zero, 0))
+    zero_part = _elementwise.where(n_other == 0, 1, _elementwise.where(n_other == 1, other_zero, 0))
     return (_expand(g, x, axes) * nonzero_part * zero_part,)
 
 
@@ -74,9 +71,7 @@ def _weighted_jvp(vjp):
     (so the JVP treats zeros and ties exactly as the VJP does)."""
 
     def jvp(ts, x, out, *, axes):
-        from remat.ops.creation import ones
-
-        (slope,) = vjp(ones(out.shape, out.dtype), x, out, axes=axes)
+        (slope,) = vjp(_creation.ones(out.shape, out.dtype), x, out, axes=axes)
         return sum(ts[0] * slope, axis=axes)
 
     return jvp
@@ -91,12 +86,10 @@ _argmin = declare("argmin", _arg_rule, NOT_DIFFERENTIABLE)
 
 
 def _reduction(op, x, axis, keepdims) -> Tensor:
-    from remat.ops.shape import reshape
-
     x = asarray(x)
     axes = normalize_axes(axis, x.ndim, op.name)
     out = bind(op, x, axes=axes)
-    return reshape(out, kept_shape(x.shape, axes)) if keepdims else out
+    return _shape.reshape(out, kept_shape(x.shape, axes)) if keepdims else out
 
 
 def sum(x, axis=None, keepdims: bool = False) -> Tensor:
@@ -161,19 +154,17 @@ def mean(x, axis=None, keepdims: bool = False) -> Tensor:
 
 
 def _arg(op, x, axis, keepdims) -> Tensor:
-    from remat.ops.shape import reshape
-
     x = asarray(x)
     if x.dtype == dtypes.bool_:
         raise DTypeError(f"{op.name}: expects a numeric operand, got bool")
     if axis is None:
-        out = bind(op, reshape(x, (-1,)), axis=0)
-        return reshape(out, (1,) * x.ndim) if keepdims else out
+        out = bind(op, _shape.reshape(x, (-1,)), axis=0)
+        return _shape.reshape(out, (1,) * x.ndim) if keepdims else out
     if listed(op.name, axis, "axis") is not None:  # NumPy reduces over one axis only here
         raise ArgumentTypeError(f"{op.name}: axis must be an int or None, got {axis!r}")
     a = axis_index(op.name, axis, x.ndim)
     out = bind(op, x, axis=a)
-    return reshape(out, kept_shape(x.shape, (a,))) if keepdims else out
+    return _shape.reshape(out, kept_shape(x.shape, (a,))) if keepdims else out
 
 
 def argmax(x, axis: int | None = None, keepdims: bool = False) -> Tensor:
@@ -202,21 +193,17 @@ def all(x, axis=None, keepdims: bool = False) -> Tensor:
 
 
 def _logical(what: str, op, x, axis, keepdims: bool) -> Tensor:
-    from remat.ops.elementwise import astype, logical_not
-
-    x = astype(x, dtypes.bool_)
+    x = _elementwise.astype(x, dtypes.bool_)
     axes = normalize_axes(axis, x.ndim, what)
     if builtins.all(x.shape[a] for a in axes):
         return _reduction(op, x, axes, keepdims)
     # Over no elements the answer is the identity: count the exceptions instead (no max of nothing).
-    exceptions = sum(x if what == "any" else logical_not(x), axis=axes, keepdims=keepdims)
+    exceptions = sum(x if what == "any" else _elementwise.logical_not(x), axis=axes, keepdims=keepdims)
     return exceptions > 0 if what == "any" else exceptions == 0
 
 
 def count_nonzero(x, axis=None, keepdims: bool = False) -> Tensor:
     """The number (int32) of nonzero elements over `axis`, as `np.count_nonzero`."""
-    from remat.ops.elementwise import astype
-
     x = asarray(x)
     normalize_axes(axis, x.ndim, "count_nonzero")
-    return sum(astype(x, dtypes.bool_), axis=axis, keepdims=keepdims)
+    return sum(_elementwise.astype(x, dtypes.bool_), axis=axis, keepdims=keepdims)

@@ -8,6 +8,8 @@ import math
 
 from remat.core import Aval, declare
 from remat.errors import ArgumentValueError, ShapeError
+from remat.ops import creation as _creation  # modules, not names: an import cycle (ops/__init__.py)
+from remat.ops import elementwise as _elementwise
 from remat.ops.axes import (
     axis_index,
     check_rank,
@@ -19,7 +21,6 @@ from remat.ops.axes import (
     shape_tuple,
     static_int,
 )
-from remat.ops.elementwise import broadcast_shapes, unbroadcast
 from remat.trace import Tensor, asarray, bind, linear_jvp
 
 # ---------------------------------------------------------------- rules
@@ -38,7 +39,7 @@ def _permute_rule(x: Aval, *, axes: tuple[int, ...]) -> Aval:
 
 
 def _broadcast_rule(x: Aval, *, shape: tuple[int, ...]) -> Aval:
-    if len(shape) < x.ndim or broadcast_shapes(x.shape, shape) != tuple(shape):
+    if len(shape) < x.ndim or _elementwise.broadcast_shapes(x.shape, shape) != tuple(shape):
         raise ShapeError(f"cannot broadcast {x.shape} to {shape}")
     return Aval(shape, x.dtype)
 
@@ -99,10 +100,8 @@ def _concat_vjp(g, *xs, out, axis):
 
 def _slice_vjp(g, x, out, *, start, stop, step):
     # Slicing picks elements; its transpose puts them back among zeros.
-    from remat.ops.creation import zeros
-
     if 0 in g.shape:
-        return (zeros(x.shape, x.dtype),)
+        return (_creation.zeros(x.shape, x.dtype),)
     hi = tuple(n - (a + (m - 1) * s + 1) for n, a, m, s in zip(x.shape, start, g.shape, step))
     return (pad(g, start, hi, tuple(s - 1 for s in step)),)
 
@@ -122,9 +121,7 @@ def _inverse(axes):
 
 def _concat_jvp(ts, *xs, out, axis):
     # Linear: the tangents joined (zeros for the operands without one).
-    from remat.ops.creation import zeros
-
-    return bind(_concat, *[zeros(x.shape, x.dtype) if t is None else t for t, x in zip(ts, xs)], axis=axis)
+    return bind(_concat, *[_creation.zeros(x.shape, x.dtype) if t is None else t for t, x in zip(ts, xs)], axis=axis)
 
 
 # Every op here only moves elements, so its JVP is the op applied to the tangent.
@@ -135,7 +132,7 @@ _permute = declare(
     jvp=linear_jvp("permute_dims"),
 )
 _broadcast = declare(
-    "broadcast_to", _broadcast_rule, lambda g, x, out, shape: (unbroadcast(g, x.shape),),
+    "broadcast_to", _broadcast_rule, lambda g, x, out, shape: (_elementwise.unbroadcast(g, x.shape),),
     jvp=linear_jvp("broadcast_to"),
 )
 _concat = declare("concat", _concat_rule, _concat_vjp, jvp=_concat_jvp)
@@ -256,9 +253,7 @@ def concatenate(xs, axis: int = 0) -> Tensor:
 
 
 def _joined(fn: str, xs, axis) -> Tensor:
-    from remat.ops.elementwise import promote
-
-    xs = promote(*_nonempty(fn, xs))
+    xs = _elementwise.promote(*_nonempty(fn, xs))
     if xs[0].ndim == 0:
         raise ShapeError(f"{fn}: cannot join 0-d tensors; use stack")
     axis = axis_index(fn, axis, xs[0].ndim)

@@ -363,11 +363,30 @@ def _apply(x: Tensor, index, fn: Callable, mode: str | None) -> Tensor:
         for r in range(int(counts.max())):
             values = where(asarray(counts > r), _applied(fn, values), values)
         out = index_add(flat * asarray(np.isin(np.arange(flat.shape[0]), where_, invert=True)), where_, values)
-    else:  # one position after another, in order
-        from remat.loops.scan import scan  # a block: above the ops
-
-        out, _ = scan(lambda f, p: (f.at[p].set(_applied(fn, take(f, p))), None), flat, pos)
+    else:
+        out = _in_order(flat, pos, fn)
     return reshape(slice_axis(out, 0, 0, n) if dropped is not None else out, x.shape)
+
+
+# Positions known only when the program runs are updated one after another, in order: a loop,
+# which is a block, above the ops. remat/loops/scan.py registers `rm.scan` here when imported.
+_scan: Callable | None = None
+
+
+def register_scan(scan: Callable) -> None:
+    """Give `at[...].apply` the loop over traced positions: `scan(fn, init, xs) -> (carry, ys)`,
+    as `rm.scan`."""
+    global _scan
+    _scan = scan
+
+
+def _in_order(flat: Tensor, pos: Tensor, fn: Callable) -> Tensor:
+    """`flat` with `fn` applied at each entry of `pos` in turn (a position named twice gets it twice)."""
+    if _scan is None:
+        raise RuntimeError("at[...].apply at traced positions needs rm.scan, which remat.loops registers "
+                           "when imported: import remat (or remat.loops) first")
+    out, _ = _scan(lambda f, p: (f.at[p].set(_applied(fn, take(f, p))), None), flat, pos)
+    return out
 
 
 def _applied(fn: Callable, values: Tensor) -> Tensor:
