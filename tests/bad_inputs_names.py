@@ -6,6 +6,8 @@ functions added later."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 import remat as rm
@@ -220,6 +222,9 @@ CASES: list[Case] = [
          (r"^x\[\.\.\., 0\] = 1\.0: remat tensors are immutable", r"x = x\.at\[\.\.\., 0\]\.set\(1\.0\)")),
     Case("names-asarray-ragged-tensors", _traced(lambda x: rm.asarray([x[0], x[1, :2]])), S,
          (r"^asarray:", r"ragged", r"entry 1 has shape \(2,\) and entry 0 has \(3,\)", AT)),
+    Case("names-asarray-tensors-too-deep", lambda: rm.asarray(functools.reduce(lambda x, _: [x], range(65), X[0, 0])),
+         S,
+         (r"^asarray:", r"nested list of tensors is more than 64 deep", r"at most 64 dimensions")),
     # rm.linalg's solvers and decompositions: shapes, dtypes, modes, and the derivatives JAX refuses too
     Case("names-linalg-solve-not-square", lambda: rm.linalg.solve(X, V), S, (r"^solve:", r"square", r"\(2, 3\)")),
     Case("names-linalg-solve-rows", lambda: rm.linalg.solve(rm.eye(3), rm.ones((2,))), S,

@@ -510,6 +510,9 @@ def _stacked_level(x, dtype: np.dtype, kind: str) -> Tensor:
         if r.shape != rows[0].shape:
             raise ShapeError(f"asarray: the nested {kind} of tensors is ragged: its entry {i} has shape {r.shape} "
                              f"and entry 0 has {rows[0].shape}; the entries of one list must have one shape")
+    if rows[0].ndim >= values.MAX_RANK:
+        raise ShapeError(f"asarray: the nested {kind} of tensors is more than {values.MAX_RANK} deep; a tensor has "
+                         f"at most {values.MAX_RANK} dimensions (NumPy's limit)")
     # `stack(rows)` with the primitives it binds (the ops are above this module): the rows share
     # one shape and dtype already, so each gets a leading axis and they are joined along it.
     rows = [bind(OPS["reshape"], r, shape=(1, *r.shape)) for r in rows]

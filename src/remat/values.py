@@ -26,7 +26,7 @@ import numpy as np
 from remat import dtypes, rounding
 from remat.errors import ArgumentTypeError, DTypeError, RematError, ShapeError, ValueOverflow
 
-MAX_RANK = 64  # NumPy's limit on dimensions
+MAX_RANK = 64  # the most dimensions a tensor may have: NumPy's limit, which its arrays cannot exceed
 
 # The fix a ValueOverflow suggests, given the dtype that would hold the value.
 PASS_DTYPE = 'pass dtype="{dtype}"'

@@ -13,9 +13,7 @@ import numpy as np
 
 from remat.errors import ArgumentTypeError, ArgumentValueError, TracerError
 from remat.trace import Tensor
-
-#: The most dimensions a tensor may have: NumPy's limit, which its arrays cannot exceed.
-MAX_RANK = 64
+from remat.values import MAX_RANK
 
 
 def static_int(fn: str, value, arg: str, expected: str = "an int", written=None) -> int:
