@@ -14,10 +14,10 @@ import numpy as np
 
 from remat import argcheck, backends, dtypes, tree
 from remat.accumulate import Cotangents
+from remat.backends.eager import call_traced
 from remat.core import OPS
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Node, Var, needed
-from remat.jit import call_traced
 from remat.planner import budget
 from remat.trace import Tensor, argument, asarray, bind, current_trace, new_trace, trace_function
 from remat.vectorize import align_to, cotangent_layout, from_raw_layout

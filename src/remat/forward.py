@@ -21,6 +21,7 @@ import numpy as np
 
 from remat import argcheck, backends, dtypes, tree
 from remat.autodiff import check_aux_pair, vjp
+from remat.backends.eager import call_traced
 from remat.core import OPS, BlockJVP
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Node, Var, needed
@@ -176,8 +177,6 @@ def jvp(fn: Callable, primals, tangents, has_aux: bool = False):
                                     "rm.jvp(f, (x,), (t,)) for one argument")
     ps, ts = check_tangents("jvp", tuple(primals), tuple(tangents))
     if current_trace() is None:
-        from remat.jit import call_traced
-
         return call_traced(lambda p, t: _jvp_traced(fn, p, t, has_aux, tuple(primals)), (ps, ts))
     return _jvp_traced(fn, ps, ts, has_aux, tuple(primals))
 
@@ -239,8 +238,6 @@ def linearize(fn: Callable, *primals):
         _, ts = check_tangents("linearize", like, tangents, "primals", "tangents")
         ts = [_beside(p, t) for p, t in zip(ps, ts)]
         if current_trace() is None:
-            from remat.jit import call_traced
-
             return call_traced(lambda r, t: _run_linear(linear, r, t, out_vaxes, traced.out_tree), (residuals, ts))
         return _run_linear(linear, residuals, ts, out_vaxes, traced.out_tree)
 

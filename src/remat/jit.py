@@ -22,6 +22,7 @@ import numpy as np
 
 from remat import argcheck, backends, dtypes, sharding, tree
 from remat import precision as matmul_precision
+from remat.autodiff import slices_outside_blocks
 from remat.backends.capped import Cap
 from remat.backends.host_slices import host_slices
 from remat.backends.numpy import SCOPED_CAP
@@ -39,7 +40,6 @@ from remat.trace import (
     asarray,
     check_argument_leaf,
     current_trace,
-    is_array,
     is_device_array,
     is_tensor_like,
     trace_function,
@@ -90,8 +90,6 @@ class Lowered:
         # sharded program (`shardings`: one per input, one per output), which takes its
         # arguments whole, where they lie on the devices.
         if backend == "xla" and shardings is None:
-            from remat.autodiff import slices_outside_blocks  # autodiff imports this module
-
             graph, _ = slices_outside_blocks(graph)  # a block's slices of an argument are the host's too
             graph, self._host = host_slices(graph)
             graph = offsets_at_run_time(graph)
@@ -414,16 +412,6 @@ def clear_caches() -> None:
         jitted = list(_ALL)
     for j in jitted:
         j.clear_cache()
-
-
-def call_traced(fn: Callable, args: tuple):
-    """Run `fn(*args)` as one traced program on the NumPy evaluator, so that transformations
-    called outside `jit` (an eager `grad`) free buffers and recompute checkpoints as in `jit`.
-    Tensor and array leaves of `args` become inputs; other leaves are passed as they are."""
-    arrays = tree.partition(args, is_array)
-    traced = trace_function(lambda *xs: fn(*arrays.rebuild(xs)), arrays.picked, name=callable_name(fn))
-    outs = backends.get("numpy").compile(traced.graph)(*[np.asarray(x) for x in arrays.picked])
-    return traced.wrap_outputs([Tensor._concrete(o) for o in outs])
 
 
 def jit(fn: Callable, backend: str = "numpy", static_argnums=(), static_argnames=(),
