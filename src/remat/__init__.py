@@ -11,7 +11,6 @@ from importlib import metadata as _metadata
 
 # numpy_habits installs NumPy's dispatch on Tensor: np.exp(t) is rm.exp(t).
 from remat import dtypes, linalg, memory, nn, numpy_habits, optim, policies, random, special, tree
-from remat.autodiff import grad, value_and_grad, vjp
 from remat.checkpoint import checkpoint, checkpoint_sequential, remat
 from remat.custom_jvp import SymbolicZero, custom_jvp
 from remat.custom_vjp import custom_vjp
@@ -29,6 +28,7 @@ from remat.errors import (
     ValueOverflow,
 )
 from remat.forward import jvp, linearize
+from remat.gradients import grad, value_and_grad, vjp
 from remat.graph import Graph, Node, Var
 from remat.interop import from_dlpack
 from remat.jacobians import hessian, jacfwd, jacrev

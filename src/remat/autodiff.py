@@ -3,6 +3,10 @@
 The function is traced into a Graph in a child trace, replayed op by op into the current trace,
 and then walked backwards, each node's VJP rule emitting ordinary ops. The gradient is thus
 itself a traced program of differentiable ops, which is all higher order needs.
+
+A `rewrite` given to these functions turns the traced forward graph into another that computes
+the same values before it is replayed: the memory planner's checkpoints (`remat.gradients`, where
+`rm.grad`'s `memory_budget=` is read).
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from remat.backends.eager import call_traced
 from remat.core import OPS
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Node, Var, needed
-from remat.planner import budget
 from remat.trace import Tensor, argument, asarray, bind, current_trace, new_trace, trace_function
 from remat.vectorize import align_to, cotangent_layout, from_raw_layout
 
@@ -136,30 +139,22 @@ def _slices_outside_blocks(graph: Graph, env: dict[Var, Tensor]) -> tuple[Graph,
     return graph, env
 
 
+#: `rewrite(graph, wrt, seeded) -> graph`: the forward graph of a step, whose first `wrt` inputs
+#: are differentiated and whose first `seeded` outputs get cotangents (the rest are aux), as the
+#: step replays it; the values it computes stay the same.
+Rewrite = Callable[[Graph, int, int], Graph]
+
+
 def _zeros_like(t: Tensor) -> Tensor:
     return Tensor._concrete(np.zeros(t._full_shape, t.dtype), t._vaxes)
 
 
-def vjp(fn: Callable, *primals, has_aux: bool = False, memory_budget=None, strategy: str | None = None):
-    """`(fn(*primals), vjp_fn)`, where `vjp_fn(cotangent)` gives one cotangent per primal.
-
-    `memory_budget` bounds the memory of the step (forward and backward): remat then places
-    checkpoints itself (see docs/memory-budgets.md). It is bytes — an int or a string
-    with a unit, `"300MiB"`, `"1.5GB"` — counting the step's inputs and constants and what it
-    allocates, or a float fraction in (0, 1] of the activation memory: budget bytes = inputs
-    and constants + fraction × what the step allocates without checkpoints. `strategy`: None
-    (the least recomputation that fits), "sqrt", "chain" or "milp". The plan is made once per
-    trace; `rm.memory.plan_report` shows it. Values are bit-identical to the unplanned step's.
-
-    >>> import remat as rm
-    >>> y, back = rm.vjp(rm.sin, rm.asarray(0.0))
-    >>> back(rm.asarray(1.0))
-    (Tensor(1., dtype=float32),)
-    """
+def vjp(fn: Callable, *primals, has_aux: bool = False, rewrite: Rewrite | None = None):
+    """`(fn(*primals), vjp_fn)`, where `vjp_fn(cotangent)` gives one cotangent per primal; the
+    forward graph `rewrite` first, if given. `rm.vjp` (`remat.gradients`) is this with a budget."""
     argcheck.check_callable(fn, "vjp")
-    budget.check(memory_budget, strategy, "vjp")
     if current_trace() is None:
-        return _eager_vjp(fn, primals, has_aux, memory_budget, strategy)
+        return _eager_vjp(fn, primals, has_aux, rewrite)
     flat, in_tree = tree.flatten(primals)
     inputs = [argument(x) for x in flat]
     for x in inputs:
@@ -178,8 +173,8 @@ def vjp(fn: Callable, *primals, has_aux: bool = False, memory_budget=None, strat
         inputs = [align_to(x, _missing_axes(x, traced.out_vaxes) + x._vaxes) for x in inputs]
         traced = trace_function(flat_fn, inputs, name=f"vjp({callable_name(fn)})")
     graph, trace = traced.graph, current_trace()
-    if memory_budget is not None:
-        graph = _planned(graph, traced, len(inputs), memory_budget, strategy)
+    if rewrite is not None:
+        graph = rewrite(graph, len(inputs), traced.out_tree.children[0].num_leaves)
     # The graph sees vectorized axes as plain leading axes; so does the replay.
     env = replay(graph, [x._raw() for x in inputs] + [Tensor._traced(trace, v) for v in traced.captured])
     out, aux = traced.wrap_outputs([env[v] for v in graph.outputs])
@@ -197,16 +192,7 @@ def vjp(fn: Callable, *primals, has_aux: bool = False, memory_budget=None, strat
     return out, vjp_fn
 
 
-def _planned(graph: Graph, traced, n_inputs: int, memory_budget, strategy) -> Graph:
-    """The forward graph with the checkpoints the planner chose for the budget."""
-    from remat.planner.peak import Step
-    from remat.planner.solve import plan_step
-
-    step = Step(wrt=n_inputs, seeded=traced.out_tree.children[0].num_leaves)
-    return plan_step(graph, memory_budget, strategy, step)[0]
-
-
-def _eager_vjp(fn, primals, has_aux, memory_budget=None, strategy=None):
+def _eager_vjp(fn, primals, has_aux, rewrite: Rewrite | None):
     """vjp outside any trace, as JAX's: the forward runs now and keeps only what the backward
     reads (its residuals); `vjp_fn` runs the backward alone on them, so no forward op runs twice.
     Both halves come from one trace, made for cotangents shaped like the outputs."""
@@ -214,8 +200,7 @@ def _eager_vjp(fn, primals, has_aux, memory_budget=None, strategy=None):
     tensors = [argument(x) for x in flat]
     with new_trace(f"vjp({callable_name(fn)})") as t:
         inputs = [t.new_input(x._full_shape, x.dtype)._alias(x._vaxes, x._weak) for x in tensors]
-        out, back, *aux = vjp(fn, *tree.unflatten(in_tree, inputs), has_aux=has_aux, memory_budget=memory_budget,
-                              strategy=strategy)
+        out, back, *aux = vjp(fn, *tree.unflatten(in_tree, inputs), has_aux=has_aux, rewrite=rewrite)
         n_forward = len(t.nodes)
         out_leaves, out_tree = tree.flatten(out)
         cts = [t.new_input(o._full_shape, o.dtype)._relabel(o._vaxes) for o in out_leaves]
@@ -277,23 +262,15 @@ def _cotangent_leaves(cotangent, out_tree: tree.TreeDef, out_vaxes: list, out_va
 
 
 def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False, *,
-                   memory_budget=None, strategy: str | None = None):
-    """A function returning `(fn(*args), gradient)`; the gradient has the structure of the
-    arguments named by `argnums` (negative positions count from the end). `fn` must return a
-    float scalar (with `has_aux`, a pair `(scalar, aux)`, and the value is `(scalar, aux)`).
-    `memory_budget` and `strategy` plan the checkpoints of the step, as in `vjp`.
-
-    >>> import remat as rm
-    >>> rm.value_and_grad(lambda x: rm.sum(x * x))(rm.asarray([1.0, 2.0]))
-    (Tensor(5., dtype=float32), Tensor([2., 4.], dtype=float32))
-    """
-    return _value_and_grad(fn, argnums, has_aux, "value_and_grad", memory_budget, strategy)
+                   rewrite: Rewrite | None = None):
+    """A function returning `(fn(*args), gradient)`, as `rm.value_and_grad` (`remat.gradients`)
+    without a budget; the forward graph `rewrite` first, if given."""
+    return _value_and_grad(fn, argnums, has_aux, "value_and_grad", rewrite)
 
 
-def _value_and_grad(fn: Callable, argnums, has_aux: bool, where: str, memory_budget=None, strategy=None):
+def _value_and_grad(fn: Callable, argnums, has_aux: bool, where: str, rewrite: Rewrite | None):
     argcheck.check_callable(fn, where)
     requested = argcheck.argnums(argnums, where, fn)
-    budget.check(memory_budget, strategy, where)  # a bad setting fails here, not at the first call
 
     @functools.wraps(fn, updated=())  # the signature stays readable: jit and memory use it
     def wrapped(*args, **kwargs):
@@ -310,7 +287,7 @@ def _value_and_grad(fn: Callable, argnums, has_aux: bool, where: str, memory_bud
             return check_aux_pair(out, where, fn) if has_aux else out
 
         def run_vjp(xs):
-            result = vjp(partial, *xs, has_aux=has_aux, memory_budget=memory_budget, strategy=strategy)
+            result = vjp(partial, *xs, has_aux=has_aux, rewrite=rewrite)
             return result if has_aux else (*result, None)
 
         out, back, aux = run_vjp(diff)
@@ -329,20 +306,11 @@ def _missing_axes(x: Tensor, out_vaxes: list[tuple]) -> tuple:
     return tuple(missing)
 
 
-def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False, *, memory_budget=None,
-         strategy: str | None = None):
-    """The gradient of a scalar-valued `fn` with respect to the arguments `argnums`.
-    `memory_budget` and `strategy` plan the checkpoints of the step, as in `vjp`.
-
-    >>> import remat as rm
-    >>> rm.grad(rm.grad(rm.sin))(rm.asarray(0.0))
-    Tensor(-0., dtype=float32)
-    >>> layer = lambda h: h + rm.tanh(h)
-    >>> loss = lambda x: rm.sum(layer(layer(layer(layer(layer(layer(x)))))))
-    >>> rm.grad(loss, memory_budget=0.8)(rm.ones((1024,))).shape  # remat places the checkpoints
-    (1024,)
-    """
-    vg = _value_and_grad(fn, argnums, has_aux, "grad", memory_budget, strategy)
+def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False, *,
+         rewrite: Rewrite | None = None):
+    """The gradient of a scalar-valued `fn`, as `rm.grad` (`remat.gradients`) without a budget;
+    the forward graph `rewrite` first, if given."""
+    vg = _value_and_grad(fn, argnums, has_aux, "grad", rewrite)
 
     @functools.wraps(fn, updated=())
     def wrapped(*args, **kwargs):

@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from remat import argcheck, dtypes, timeline, tree
-from remat.autodiff import vjp
 from remat.backends import numpy as evaluator
 from remat.backends.capped import Cap
 from remat.errors import ArgumentTypeError, ArgumentValueError, BudgetTooSmall
+from remat.gradients import vjp
 from remat.graph import Graph, Node, Var, type_str
 from remat.jit import bind_static, check_backend, memory_cap_of
 from remat.planner import budget as budgets
