@@ -32,10 +32,10 @@ from remat.backends import numpy as evaluator
 from remat.backends.capped import Cap
 from remat.errors import ArgumentTypeError, ArgumentValueError, BudgetTooSmall
 from remat.gradients import vjp
-from remat.graph import Graph, Node, Var, type_str
+from remat.graph import Graph, Node, Var
 from remat.jit import bind_static, check_backend, memory_cap_of
 from remat.planner import budget as budgets
-from remat.planner.report import PlanReport, PlanWarning
+from remat.planner.report import PlanReport, PlanWarning, format_bytes, residual_table
 from remat.planner.solve import collect_reports
 from remat.planner.target import NUMPY, Target, running_on
 from remat.trace import asarray, current_trace, trace_function
@@ -217,23 +217,6 @@ def print_saved_residuals(fn, *args, argnums=None, file=None) -> None:
     print(residual_table(rows), file=file or sys.stdout)
 
 
-def residual_table(rows: list[Residual]) -> str:
-    cells = [(type_str(r.shape, r.dtype), _size(r.nbytes), r.provenance) for r in rows]
-    head = ("value", "size", "saved because")
-    widths = [max(len(c[i]) for c in [head, *cells]) for i in range(2)]
-    lines = [f"{head[0]:<{widths[0]}}  {head[1]:>{widths[1]}}  {head[2]}"]
-    lines += [f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c}" for a, b, c in cells]
-    lines.append(f"{len(rows)} residuals, {_size(sum(r.nbytes for r in rows))} in all")
-    return "\n".join(lines)
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 # ---------------------------------------------------------------- profile
 
 
@@ -317,8 +300,9 @@ class Profile:
         b = self.backward_start
         split = f", backward from node {b}" if b is not None else ""
         capped = "" if self.memory_cap is None else (
-            f"; cap {_size(self.memory_cap)}: {self.evictions} evictions, {self.recomputations} recomputations")
-        return f"Profile({self.backend}: peak {_size(self.peak_bytes)} over {len(self.timeline)} nodes{split}{capped})"
+            f"; cap {format_bytes(self.memory_cap)}: {self.evictions} evictions, {self.recomputations} recomputations")
+        peak = format_bytes(self.peak_bytes)
+        return f"Profile({self.backend}: peak {peak} over {len(self.timeline)} nodes{split}{capped})"
 
     __repr__ = __str__
 
@@ -605,12 +589,14 @@ class Pareto:
         first = self.reports[0]
         activation = first.unplanned_peak - first.base_bytes
         head = ("budget", "of activations", "predicted peak", "extra time", "extra FLOPs", "strategy")
-        rows = [(_size(r.budget_bytes), f"{(r.budget_bytes - r.base_bytes) / activation:.2f}" if activation else "-",
-                 _size(r.predicted_peak), f"+{r.extra_time_ratio:.3f}", f"+{r.extra_flops_ratio:.3f}", r.strategy)
+        rows = [(format_bytes(r.budget_bytes),
+                 f"{(r.budget_bytes - r.base_bytes) / activation:.2f}" if activation else "-",
+                 format_bytes(r.predicted_peak), f"+{r.extra_time_ratio:.3f}", f"+{r.extra_flops_ratio:.3f}",
+                 r.strategy)
                 for r in self.reports]
         widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
         lines = [f"predicted memory/recomputation trade-off, counted by {first.counted_by}; inputs and constants "
-                 f"{_size(first.base_bytes)}, the step without a plan {_size(first.unplanned_peak)}"]
+                 f"{format_bytes(first.base_bytes)}, the step without a plan {format_bytes(first.unplanned_peak)}"]
         lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in [head, *rows]]
         return "\n".join(lines)
 

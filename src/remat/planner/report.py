@@ -1,6 +1,7 @@
 """`PlanReport`: what the planner chose for a step and what it predicts, printable like
-`rm.memory.print_saved_residuals`. `rm.memory.plan_report(fn, *args, memory_budget=...)` makes
-one with the values the planned step keeps (`kept`, with their provenance)."""
+`rm.memory.print_saved_residuals`, whose table (`residual_table`) it prints too, so that table
+lives here. `rm.memory.plan_report(fn, *args, memory_budget=...)` makes one with the values the
+planned step keeps (`kept`, with their provenance)."""
 
 from __future__ import annotations
 
@@ -73,14 +74,12 @@ class PlanReport:
         return self.extra_cost / self.step_cost if self.step_cost else 0.0
 
     def __str__(self) -> str:
-        from remat.memory import _size, residual_table
-
         lines = [
-            f"memory plan: strategy {self.strategy}, budget {_size(self.budget_bytes)} "
-            f"(memory_budget={self.memory_budget!r}), predicted peak {_size(self.predicted_peak)} "
+            f"memory plan: strategy {self.strategy}, budget {format_bytes(self.budget_bytes)} "
+            f"(memory_budget={self.memory_budget!r}), predicted peak {format_bytes(self.predicted_peak)} "
             f"({self.predicted_peak} bytes)",
-            f"  inputs and constants {_size(self.base_bytes)}; the step without a plan: "
-            f"{_size(self.unplanned_peak)}; counted by {self.counted_by}",
+            f"  inputs and constants {format_bytes(self.base_bytes)}; the step without a plan: "
+            f"{format_bytes(self.unplanned_peak)}; counted by {self.counted_by}",
             f"  recomputes {_flops(self.extra_flops)}, {self.extra_flops_ratio:.2f} of the step's "
             f"{_flops(self.step_flops)} (predicted time: +{self.extra_time_ratio:.2f} of the step's); "
             f"solver: {self.solver_status} in {self.solver_time:.2f} s",
@@ -94,14 +93,24 @@ class PlanReport:
 
 
 def recomputed_table(rows: list[Recomputed]) -> str:
-    from remat.memory import _size
-
-    cells = [(type_str(r.shape, r.dtype), _size(r.nbytes), f"{r.runs}x", r.provenance) for r in rows]
+    cells = [(type_str(r.shape, r.dtype), format_bytes(r.nbytes), f"{r.runs}x", r.provenance) for r in rows]
     head = ("value", "size", "again", "recomputed")
     widths = [max(len(c[i]) for c in [head, *cells]) for i in range(3)]
     lines = [f"{head[0]:<{widths[0]}}  {head[1]:>{widths[1]}}  {head[2]:>{widths[2]}}  {head[3]}"]
     lines += [f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:>{widths[2]}}  {d}" for a, b, c, d in cells]
-    lines.append(f"{len(rows)} values recomputed, {_size(sum(r.nbytes * r.runs for r in rows))} in all")
+    lines.append(f"{len(rows)} values recomputed, {format_bytes(sum(r.nbytes * r.runs for r in rows))} in all")
+    return "\n".join(lines)
+
+
+def residual_table(rows: list) -> str:
+    """`rm.memory.Residual` rows (a value's shape, dtype, bytes and provenance) as a table, with
+    the total: `rm.memory.print_saved_residuals`, and a plan's values kept."""
+    cells = [(type_str(r.shape, r.dtype), format_bytes(r.nbytes), r.provenance) for r in rows]
+    head = ("value", "size", "saved because")
+    widths = [max(len(c[i]) for c in [head, *cells]) for i in range(2)]
+    lines = [f"{head[0]:<{widths[0]}}  {head[1]:>{widths[1]}}  {head[2]}"]
+    lines += [f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c}" for a, b, c in cells]
+    lines.append(f"{len(rows)} residuals, {format_bytes(sum(r.nbytes for r in rows))} in all")
     return "\n".join(lines)
 
 
@@ -129,6 +138,14 @@ def extra_cost(graph: Graph, plan: Plan) -> float:
     return float(sum(k * node_cost(graph.nodes[i]) for i, k in extra_runs(plan).items()))
 
 
+def format_bytes(n: int) -> str:
+    """`n` bytes in the largest binary unit it reaches: "26.4 KiB", "512 B"."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
 def _flops(x: float) -> str:
     for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
         if x >= scale:
@@ -137,4 +154,4 @@ def _flops(x: float) -> str:
 
 
 __all__ = ["PlanReport", "PlanWarning", "Recomputed", "recomputed_values", "extra_flops", "extra_cost",
-           "recomputed_table"]
+           "recomputed_table", "residual_table", "format_bytes"]
