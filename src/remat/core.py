@@ -76,6 +76,11 @@ class Op:
         # `under_policy(node, policy) -> node`, the node rewritten to output, after its own
         # outputs, the values its gradient reads that the policy saves inside it (or as it is).
         self.under_policy: Callable | None = None
+        # What one run of a block costs the planner (`remat.planner.cost`): `cost(node, cost_of)
+        # -> float`, `cost_of(graph)` being one run of a sub-graph as the planner weighs it; a scan
+        # runs its body `length` times, a cond its dearest branch. Without it, a block costs one
+        # run of each of its sub-graphs.
+        self.cost: Callable | None = None
 
     @property
     def differentiable(self) -> bool:

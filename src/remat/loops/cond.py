@@ -106,6 +106,7 @@ def _cond_jvp(ts, index, *operands, num_residuals=0, **branches):  # residuals: 
 cond_op = declare("cond", _cond_rule, _cond_vjp, multiple_results=True, jvp=BlockJVP(_cond_jvp))
 RULES["cond"] = block_rule
 cond_op.prune = prune_cond
+cond_op.cost = lambda node, cost_of: max((cost_of(g) for g in node.subgraphs()), default=0.0)  # the dearest branch
 
 
 def switch_flat(index: Tensor, fns: list[Callable], operands: list[Tensor], names: list[str]) -> list[Tensor]:

@@ -99,6 +99,7 @@ def _scan_jvp(ts, *inputs, body: Graph, length, reverse, num_carry, num_xs, unro
 scan_op = declare("scan", _scan_rule, None, multiple_results=True, jvp=BlockJVP(_scan_jvp))
 RULES["scan"] = block_rule
 scan_op.prune = prune_scan
+scan_op.cost = lambda node, cost_of: node.params["length"] * cost_of(node.params["body"])
 
 
 def scan(fn: Callable, init, xs=None, length: int | None = None, reverse: bool = False, unroll: int = 1,

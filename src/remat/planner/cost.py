@@ -10,8 +10,9 @@ A node's work is counted in units of its class, each unit weighed by `Weights`:
 - gathers, scatters, pads, concats and sorts: one per element moved (a sort log₂ n times that);
 - views and identities (reshape, transpose, broadcast, slice, barriers, names): no work;
 - every node run: one `call`, what the NumPy evaluator spends around an op whatever its size;
-- blocks: their bodies (a scan: `length` times its body; a loop or a branch: its body once,
-  since its trip count is a run-time fact).
+- blocks: as their op's `cost` rule says (a scan: `length` times its body; a cond: its
+  dearest branch), else one run of each sub-graph (a while loop: its body once, since its trip
+  count is a run-time fact).
 
 `FLOPS` weighs every unit one FLOP (transcendentals `_TRANSCENDENTAL`, as XLA's cost model
 does, and calls nothing): `node_flops` and `flops`, the count reports give. The planner
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from remat.core import OPS
 from remat.graph import Graph, Node
 from remat.planner.target import current
 
@@ -80,11 +82,9 @@ def node_cost(node: Node, weights: Weights | None = None) -> float:
     """One run of `node` by `weights`; by default the time of the backend the step is traced
     for (see the module docstring)."""
     w = weights or current_weights()
-    op = node.op
-    if op == "scan":
-        return node.params["length"] * cost(node.params["body"], w)
-    if op == "cond":
-        return max((cost(g, w) for g in node.subgraphs()), default=0.0)
+    rule = OPS[node.op].cost
+    if rule is not None:
+        return rule(node, lambda g: cost(g, w))
     if node.subgraphs():
         return sum(cost(g, w) for g in node.subgraphs())
     return w.call + _work(node, w)
