@@ -255,6 +255,25 @@ def _hoist_slices(node: Node) -> tuple[list[Node], Node]:
 _checkpoint.hoist_slices = _hoist_slices
 
 
+def _without_residuals(node: Node, graph_reads: set) -> Node:
+    """The block saving no residuals and reading only the inputs its body then reads; unless
+    its graph reads one (`graph_reads`), when they all stay (see `forward._without_residuals`)."""
+    params = dict(node.params)
+    body, k = params["body"], params.pop("num_residuals", 0)
+    if k and any(v in graph_reads for v in node.outputs[len(node.outputs) - k :]):
+        params["num_residuals"], k = k, 0
+    outs = body.outputs[: len(body.outputs) - k]
+    live = needed(body.inputs, outs, body.nodes, body.constants)
+    read = {v for n in live.nodes for v in n.inputs} | set(outs)
+    ins = [i for i, v in enumerate(body.inputs) if v in read]
+    params["body"] = Graph([body.inputs[i] for i in ins], outs, live.nodes, live.constants)
+    params["saved"] = tuple(ins.index(i) for i in params["saved"] if i in ins)
+    return Node(node.op, [node.inputs[i] for i in ins], node.outputs[: len(outs)], params, node.source)
+
+
+_checkpoint.without_residuals = _without_residuals
+
+
 def _bind_block(graph: Graph, explicit: list[Tensor], captured: list[Tensor], policy, guarantee: bool,
                 prevent_cse: bool | tuple[bool, ...] = True, differentiated: bool = False,
                 reach: bool = True) -> list[Tensor]:

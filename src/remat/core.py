@@ -65,6 +65,11 @@ class Op:
         # `partial_eval(node, unknown Vars) -> (known node, linear node)`; the checkpoint sets it.
         # Without it, forward.py splits a block with its `prune` (a loop, a cond).
         self.partial_eval: Callable | None = None
+        # A block keeping residuals for a later gradient (the checkpoint), told to keep none and
+        # recompute instead: `without_residuals(node, graph_reads) -> node`, where the residuals its
+        # own graph reads (`graph_reads`) stay. forward.py asks it of the blocks inside a loop or a
+        # cond it splits, whose primal part must not wait on tangents.
+        self.without_residuals: Callable | None = None
         # A gradient replayed for a higher derivative (`autodiff.replay_known`) re-emits a block as
         # `linearize(node, input Tensors) -> output Tensors` rather than binding it; custom_vjp
         # sets it (its fwd as plain code, which can be differentiated again).

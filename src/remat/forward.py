@@ -325,29 +325,21 @@ def _primal_part(node: Node, unknown: set) -> Node | None:
 
 
 def _without_residuals(node: Node, graph_reads: frozenset | set = frozenset()) -> Node:
-    """`node` with the checkpoints in its sub-graphs saving nothing and reading only the inputs
-    their bodies read. A checkpoint's residuals are for a later gradient and a pruned block
-    keeps them; inside a forward-mode block they can be tangents (what the never-more-than-plain
-    guarantee keeps of a JVP body), and a JVP body may ignore the tangent of an input: either
-    would tie the primal part to the tangents. Saving nothing, such a checkpoint recomputes.
-    Residuals its own graph reads (`graph_reads`: a loop stacking them, a branch outputting
-    them, where a policy reached in) are values of that graph, and stay."""
+    """`node` with the blocks in its sub-graphs keeping no residuals (`Op.without_residuals`: a
+    checkpoint then saves nothing and reads only the inputs its body reads). A checkpoint's
+    residuals are for a later gradient and a pruned block keeps them; inside a forward-mode block
+    they can be tangents (what the never-more-than-plain guarantee keeps of a JVP body), and a JVP
+    body may ignore the tangent of an input: either would tie the primal part to the tangents.
+    Saving nothing, such a checkpoint recomputes. Residuals its own graph reads (`graph_reads`: a
+    loop stacking them, a branch outputting them, where a policy reached in) are values of that
+    graph, and stay."""
     subs = {k: g for k, g in node.params.items() if isinstance(g, Graph)}
     if not subs:
         return node
     params = {**node.params, **{k: _graph_without_residuals(g) for k, g in subs.items()}}
-    if node.op != "checkpoint":
-        return Node(node.op, node.inputs, node.outputs, params, node.source)
-    body, k = params["body"], params.pop("num_residuals", 0)
-    if k and any(v in graph_reads for v in node.outputs[len(node.outputs) - k :]):
-        params["num_residuals"], k = k, 0
-    outs = body.outputs[: len(body.outputs) - k]
-    live = needed(body.inputs, outs, body.nodes, body.constants)
-    read = {v for n in live.nodes for v in n.inputs} | set(outs)
-    ins = [i for i, v in enumerate(body.inputs) if v in read]
-    params["body"] = Graph([body.inputs[i] for i in ins], outs, live.nodes, live.constants)
-    params["saved"] = tuple(ins.index(i) for i in params["saved"] if i in ins)
-    return Node(node.op, [node.inputs[i] for i in ins], node.outputs[: len(outs)], params, node.source)
+    node = Node(node.op, node.inputs, node.outputs, params, node.source)
+    keep_none = OPS[node.op].without_residuals
+    return node if keep_none is None else keep_none(node, graph_reads)
 
 
 def _graph_without_residuals(g: Graph) -> Graph:
