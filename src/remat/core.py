@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:
-    from remat.graph import Node
+    from remat.graph import Graph, Node, Var
 
 
 class Aval(NamedTuple):
@@ -40,6 +40,16 @@ class BlockJVP(NamedTuple):
     so a checkpoint's tangent is one checkpointed block, not a second pass over the body."""
 
     rule: Callable
+
+
+class PerStep(NamedTuple):
+    """A block output holding one value of a sub-graph per step (a scan's stacked ys), as
+    `Op.describe_output` gives it: the memory report names it as it names that `value` of
+    `body`, followed by `steps` ("one per step of the scan at model.py:3")."""
+
+    body: Graph
+    value: Var
+    steps: str
 
 
 class Op:
@@ -86,6 +96,10 @@ class Op:
         # runs its body `length` times, a cond its dearest branch. Without it, a block costs one
         # run of each of its sub-graphs.
         self.cost: Callable | None = None
+        # How the memory report (`rm.memory.saved_residuals`) names a block's output k other than
+        # "output of <op>": `describe_output(node, k) -> text | PerStep | None` (None: that name);
+        # the scan's, for its stacked ys and a binomial gradient's sweep.
+        self.describe_output: Callable | None = None
 
     @property
     def differentiable(self) -> bool:

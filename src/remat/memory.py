@@ -30,6 +30,7 @@ import numpy as np
 from remat import argcheck, dtypes, timeline, tree
 from remat.backends import numpy as evaluator
 from remat.backends.capped import Cap
+from remat.core import OPS, PerStep
 from remat.errors import ArgumentTypeError, ArgumentValueError, BudgetTooSmall
 from remat.gradients import vjp
 from remat.graph import Graph, Node, Var
@@ -160,8 +161,9 @@ def _residuals_of(prog: _Program) -> list[Residual]:
 
 
 class _Describer:
-    """Where a Var of the step came from, looking through blocks (checkpoint, custom_vjp) to the
-    body value a block output stands for."""
+    """Where a Var of the step came from, looking through blocks to the body value a block
+    output stands for: a checkpoint's or custom_vjp's, or one per step of a loop's (as its op's
+    `describe_output` says)."""
 
     def __init__(self, graph: Graph, input_names: list[str]):
         self.graph = graph
@@ -190,22 +192,14 @@ class _Describer:
             return self(body.outputs[k], body, outer + [(node, g)])
         if node.op == "checkpoint_name":
             return "named", f"named {node.params['name']!r}", node.source
-        where = f" at {node.source}" if node.source else ""
-        if node.op == "scan" and k >= len(node.params["body"].outputs):  # a binomial gradient's forward sweep
-            last = k - len(node.params["body"].outputs) >= node.params["num_carry"]
-            what = "the loop's carry before its last step" if last else "snapshots of the loop's carry"
-            return "output", f"{what}, for the binomial schedule of the scan{where}", node.source
-        if node.op == "scan" and k >= node.params["num_carry"]:  # stacked: one body value per step
-            return self._per_step(node.params["body"].outputs[k], node, g, outer, where)
-        return "output", f"output of {node.op}{where}", node.source
-
-    def _per_step(self, v: Var, node: Node, g: Graph, outer: list, where: str):
-        body = node.params["body"]
-        steps = f"one per step of the scan{where}"
-        if v in body.inputs[: node.params["num_carry"]]:
-            return "output", f"the loop's carry, {steps}", node.source
-        kind, text, source = self(v, body, outer + [(node, g)])
-        return kind, f"{text}, {steps}", source
+        describe = OPS[node.op].describe_output
+        said = None if describe is None else describe(node, k)
+        if isinstance(said, PerStep):
+            kind, text, source = self(said.value, said.body, outer + [(node, g)])
+            return kind, f"{text}, {said.steps}", source
+        if said is None:
+            said = f"output of {node.op}" + (f" at {node.source}" if node.source else "")
+        return "output", said, node.source
 
     def _reader(self, v: Var, g: Graph) -> str | None:
         return next((n.source for n in g.nodes if v in n.inputs and n.source), None)

@@ -22,11 +22,11 @@ from collections.abc import Callable
 
 from remat import tree
 from remat.argcheck import check_callable, is_int, leaf_paths, short_repr
-from remat.core import Aval, BlockJVP, declare
+from remat.core import Aval, BlockJVP, PerStep, declare
 from remat.dtypes import is_float
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError, callable_name
 from remat.forward import instantiate, jvp_graph
-from remat.graph import Graph
+from remat.graph import Graph, Node
 from remat.loops import schedules
 from remat.loops.body import Carry, template, tensor_leaves, weak_leaves
 from remat.loops.checkpointed import segmented, step_checkpointed
@@ -95,11 +95,29 @@ def _scan_jvp(ts, *inputs, body: Graph, length, reverse, num_carry, num_xs, unro
     return [*c, *ys], touts
 
 
+def _describe_output(node: Node, k: int) -> str | PerStep | None:
+    """The memory report's name for output `k`: the ys stacked one body value per step, and the
+    extra outputs of a binomial gradient's forward sweep (scan_binomial.py)."""
+    body, nc = node.params["body"], node.params["num_carry"]
+    where = f" at {node.source}" if node.source else ""
+    if k >= len(body.outputs):
+        last = k - len(body.outputs) >= nc
+        what = "the loop's carry before its last step" if last else "snapshots of the loop's carry"
+        return f"{what}, for the binomial schedule of the scan{where}"
+    if k < nc:
+        return None
+    steps = f"one per step of the scan{where}"
+    if body.outputs[k] in body.inputs[:nc]:
+        return f"the loop's carry, {steps}"
+    return PerStep(body, body.outputs[k], steps)
+
+
 # Its VJP is set by scan_binomial.py, which knows both schedules' rules (they import this module).
 scan_op = declare("scan", _scan_rule, None, multiple_results=True, jvp=BlockJVP(_scan_jvp))
 RULES["scan"] = block_rule
 scan_op.prune = prune_scan
 scan_op.cost = lambda node, cost_of: node.params["length"] * cost_of(node.params["body"])
+scan_op.describe_output = _describe_output
 
 
 def scan(fn: Callable, init, xs=None, length: int | None = None, reverse: bool = False, unroll: int = 1,
