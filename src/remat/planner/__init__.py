@@ -1,5 +1,7 @@
 """The memory-budget planner: from a gradient step's traced forward graph and a budget, the
 checkpoint blocks (and the values they keep) that make the step fit at the least recomputation.
+It is a pass over that graph: `rm.grad(..., memory_budget=)` (`remat.gradients`) hands it to
+reverse mode (`remat.autodiff`) as the rewrite of the forward graph.
 
 - `plan` — `Block`, `Plan` and `apply` (a plan as ordinary checkpoint nodes);
 - `cost` — FLOPs and time per node (the planner minimises time); `peak` — the exact peak of a
