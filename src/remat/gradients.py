@@ -11,9 +11,8 @@ from collections.abc import Callable
 from remat import autodiff
 from remat.autodiff import Rewrite
 from remat.graph import Graph
-from remat.planner import budget
+from remat.planner import budget, solve
 from remat.planner.peak import Step
-from remat.planner.solve import plan_step
 
 
 def vjp(fn: Callable, *primals, has_aux: bool = False, memory_budget=None, strategy: str | None = None):
@@ -74,7 +73,7 @@ def _planner(memory_budget, strategy, where: str) -> Rewrite | None:
         return None
 
     def planned(graph: Graph, wrt: int, seeded: int) -> Graph:
-        return plan_step(graph, memory_budget, strategy, Step(wrt=wrt, seeded=seeded))[0]
+        return solve.plan_step(graph, memory_budget, strategy, Step(wrt=wrt, seeded=seeded))[0]
 
     return planned
 
