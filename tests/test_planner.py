@@ -10,9 +10,9 @@ import pytest
 import remat as rm
 from remat import models
 from remat.bench.config import GPT, inputs
+from remat.budget import Budget, parse_budget
 from remat.planner import peak as peaks
 from remat.planner import solve
-from remat.planner.budget import Budget, parse_budget
 from remat.planner.plan import NO_PLAN, PLANNER, Block, Plan, apply
 from remat.planner.sqrt import plan_sqrt, segment_plans
 from remat.planner.stages import stages

@@ -28,13 +28,13 @@ from remat import checkpoint_derived as derived
 from remat.autodiff import backward_pass, replay_known
 from remat.backends import lowerings
 from remat.backends import numpy as evaluator
+from remat.budget import misplaced
 from remat.core import OPS, Aval, BlockJVP, declare
 from remat.custom_vjp import named_outputs
 from remat.errors import ArgumentTypeError, ArgumentValueError, at_source, callable_name, user_source
 from remat.forward import instantiate, jvp_graph, split_nodes
 from remat.graph import Graph, Node, Var, needed, sub_graph
 from remat.ops.identity import barrier
-from remat.planner.budget import misplaced
 from remat.stacked import only_sliced, readers
 from remat.trace import (
     Tensor,

@@ -50,8 +50,8 @@ import remat as rm
 from remat.bench import MEMORY_JOB
 from remat.bench.config import GPT, MLP, RNN, ScannedGPT, ScannedMLP, inputs, size_from_dict, size_to_dict
 from remat.bench.rss import rss
+from remat.budget import parse_budget
 from remat.errors import ArgumentTypeError, ArgumentValueError
-from remat.planner.budget import parse_budget
 
 MiB = 2**20
 LR = 1e-3  # SGD's step; the value is irrelevant to memory and time, but the update is real

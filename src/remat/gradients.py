@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from remat import autodiff
+from remat import autodiff, budget
 from remat.autodiff import Rewrite
 from remat.graph import Graph
-from remat.planner import budget, solve
+from remat.planner import solve
 from remat.planner.peak import Step
 
 

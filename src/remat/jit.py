@@ -27,9 +27,9 @@ from remat.backends.capped import Cap
 from remat.backends.host_slices import host_slices
 from remat.backends.numpy import SCOPED_CAP
 from remat.backends.xla_offsets import offsets_at_run_time
+from remat.budget import misplaced, parse_cap
 from remat.errors import ArgumentTypeError, ArgumentValueError, callable_name
 from remat.graph import type_str
-from remat.planner.budget import misplaced, parse_cap
 from remat.planner.cost import WEIGHTS, node_cost
 from remat.planner.target import Target
 from remat.planner.target import running_on as planned_for

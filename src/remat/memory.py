@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from remat import argcheck, dtypes, timeline, tree
+from remat import budget as budgets
 from remat.backends import numpy as evaluator
 from remat.backends.capped import Cap
 from remat.core import OPS, PerStep
@@ -35,7 +36,6 @@ from remat.errors import ArgumentTypeError, ArgumentValueError, BudgetTooSmall
 from remat.gradients import vjp
 from remat.graph import Graph, Node, Var
 from remat.jit import bind_static, check_backend, memory_cap_of
-from remat.planner import budget as budgets
 from remat.planner.report import PlanReport, PlanWarning, format_bytes, residual_table
 from remat.planner.solve import collect_reports
 from remat.planner.target import NUMPY, Target, running_on

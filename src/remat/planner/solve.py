@@ -33,9 +33,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
+from remat import budget as budgets
 from remat.errors import ArgumentValueError, BudgetTooSmall, at_source, user_source
 from remat.graph import Graph
-from remat.planner import budget as budgets
 from remat.planner import plan_cache, sqrt
 from remat.planner import target as targets
 from remat.planner.cost import cost, flops
@@ -64,7 +64,7 @@ def collect_reports() -> Iterator[list[PlanReport]]:
 
 def plan_step(graph: Graph, memory_budget, strategy, step: Step = ALL) -> tuple[Graph, PlanReport]:
     """`graph` with the plan chosen for `memory_budget` applied, and its report. `memory_budget`
-    and `strategy` are what a user passes (see `remat.planner.budget`); the step is counted as
+    and `strategy` are what a user passes (see `remat.budget`); the step is counted as
     the backend it is traced for counts memory (`remat.planner.target`). A graph planned before
     (the same program, printed alike: an eager `rm.grad` traces anew at every call) reuses its
     plan."""
