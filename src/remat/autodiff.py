@@ -20,7 +20,7 @@ from remat.graph import Graph, Node, Var, needed
 from remat.jit import call_traced
 from remat.planner import budget
 from remat.trace import Tensor, argument, asarray, bind, current_trace, new_trace, trace_function
-from remat.vectorize import align_to, cotangent_layout, from_raw_layout
+from remat.vaxes import align_to, cotangent_layout, from_raw_layout
 
 
 def replay(graph: Graph, inputs: list[Tensor]) -> dict[Var, Tensor]:
