@@ -1,6 +1,7 @@
 """`vmap` and the user's named vectorized axes (`vectorize`, `devectorize`), built on the
-vectorized tensors of remat/vaxes.py: `bind_vectorized` runs an op's batch rule (`Op.batch`)
-when it meets vectorized operands.
+vectorized tensors of remat/vaxes.py: this module installs `bind_vectorized` in the IR core
+(`trace.set_vectorizer`), which runs an op's batch rule (`Op.batch`) when it meets vectorized
+operands.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import functools
 import itertools
 from collections.abc import Callable
 
-from remat import argcheck, tree
+from remat import argcheck, trace, tree
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError, TracerError
 from remat.ops.shape import permute_dims
 from remat.trace import Tensor, asarray
@@ -224,3 +225,5 @@ def bind_vectorized(op, tensors: list[Tensor], params: dict):
                           f"{', '.join(repr(n) for n, _ in names)} (rm.vmap or rm.vectorize)")
     return op.batch(op, tensors, params, names)
 
+
+trace.set_vectorizer(bind_vectorized)
