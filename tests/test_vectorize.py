@@ -134,6 +134,16 @@ def test_vectorize_errors():
         rm.devectorize(v, "b")
 
 
+
+def test_an_op_without_a_batch_rule_names_itself_under_vmap():
+    from remat.core import NOT_DIFFERENTIABLE, declare
+    from remat.trace import bind
+
+    op = declare("test_vectorize_unbatchable", lambda x: x, NOT_DIFFERENTIABLE, batch=None)
+    with pytest.raises(rm.TracerError, match="test_vectorize_unbatchable has no batch rule, so it cannot take "
+                                             "operands vectorized over 'vmap"):
+        rm.vmap(lambda x: bind(op, x))(rm.ones((3, 2)))
+
 def test_vectorized_constant_built_inside_a_traced_function(rng):
     table = arr(rng, 3, 2)
 

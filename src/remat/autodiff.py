@@ -23,7 +23,7 @@ from remat.core import OPS
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Node, Var, needed
 from remat.trace import Tensor, argument, asarray, bind, current_trace, new_trace, trace_function
-from remat.vectorize import align_to, cotangent_layout, from_raw_layout
+from remat.vaxes import align_to, cotangent_layout, from_raw_layout
 
 
 def replay(graph: Graph, inputs: list[Tensor]) -> dict[Var, Tensor]:

@@ -44,7 +44,7 @@ from remat.trace import (
     is_array,
     trace_function,
 )
-from remat.vectorize import RULES, block_rule
+from remat.vectorize import block_rule
 
 # ---------------------------------------------------------------- the block and its gradient
 
@@ -215,12 +215,11 @@ def _saved_by_policy(primal_nodes: list, tangent_nodes: list, chooser) -> list[V
 
 
 _checkpoint = declare("checkpoint", _checkpoint_rule, _checkpoint_vjp, multiple_results=True,
-                      jvp=BlockJVP(_checkpoint_jvp))
+                      jvp=BlockJVP(_checkpoint_jvp), batch=block_rule)
 _checkpoint.prune = _prune
 _checkpoint.partial_eval = split_checkpoint
 _checkpoint.traits = frozenset({"inline"})
 evaluator.register("checkpoint", evaluator.run_block, runs_graphs=True)
-RULES["checkpoint"] = block_rule
 lowerings.register("checkpoint", "remat.backends.xla:run_block")
 
 

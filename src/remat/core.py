@@ -1,4 +1,4 @@
-"""What an op is: a name, a shape/dtype rule and a VJP rule, declared together once.
+"""What an op is: a name, a shape/dtype rule, a VJP rule and a batch rule, declared together once.
 
 Backends never compute shapes: they look the op up by name in their own table.
 """
@@ -56,14 +56,18 @@ class Op:
     """A primitive. `rule(*avals, **params)` gives the output aval(s); `vjp(g, *inputs, out=...,
     **params)` gives one cotangent per input (None for none), built from differentiable ops;
     `jvp(tangents, *inputs, out=..., **params)` gives the output tangent(s) from one tangent per
-    input (None for a zero one), or is a `BlockJVP`. A differentiable op must have both."""
+    input (None for a zero one), or is a `BlockJVP`. A differentiable op must have both.
+    `batch(op, tensors, params, names)` gives the output(s) of the op on operands some of which
+    are vectorized (remat/vaxes.py), `names` the (name, size) of all their vectorized axes, in
+    order; None for an op `vmap` cannot take."""
 
     def __init__(self, name: str, rule: Callable, vjp: Callable | Any, multiple_results: bool,
-                 jvp: Callable | BlockJVP | None = None):
+                 jvp: Callable | BlockJVP | None, batch: Callable | None):
         self.name = name
         self.rule = rule
         self.vjp = vjp
         self.jvp = jvp
+        self.batch = batch
         self.multiple_results = multiple_results
         # A block with several outputs may drop the work of those nobody reads (`Trace.to_graph`):
         # `prune(node, live Vars) -> node`; loops set it (remat/loops/prune.py).
@@ -123,11 +127,32 @@ def pruned(node: Node, live: set) -> Node:
     return node if prune is None else prune(node, live)
 
 
+# The elementwise batch rule, which binds ops on laid-out operands: remat/vaxes.py installs it
+# when imported (`set_elementwise`), as the NumPy evaluator installs itself in trace.py; this
+# module, below `bind`, imports neither.
+_elementwise: Callable
+
+
+def set_elementwise(rule: Callable) -> None:
+    """`rule(op, tensors, params, names) -> outputs` is what `elementwise` does."""
+    global _elementwise
+    _elementwise = rule
+
+
+def elementwise(op: Op, tensors: list, params: dict, names: tuple):
+    """The batch rule of an op whose operands broadcast together: the op bound once on its
+    operands laid out with the vectorized axes `names` leading (size 1 where an operand lacks
+    one), the results vectorized over `names`."""
+    return _elementwise(op, tensors, params, names)
+
+
 def declare(name: str, rule: Callable, vjp: Callable | Any, multiple_results: bool = False,
-            jvp: Callable | BlockJVP | None = None) -> Op:
-    """Register a primitive. Every primitive of remat is declared through this one function."""
+            jvp: Callable | BlockJVP | None = None, batch: Callable | None = elementwise) -> Op:
+    """Register a primitive. Every primitive of remat is declared through this one function.
+    `batch` defaults to `elementwise`, the rule of an op whose operands broadcast together with
+    the vectorized axes leading; None refuses `vmap`."""
     if name in OPS:
         raise ValueError(f"op {name!r} is declared twice")
-    op = Op(name, rule, vjp, multiple_results, jvp)
+    op = Op(name, rule, vjp, multiple_results, jvp, batch)
     OPS[name] = op
     return op

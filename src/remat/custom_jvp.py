@@ -30,7 +30,7 @@ from remat.core import Aval, BlockJVP, declare
 from remat.errors import ArgumentTypeError, ShapeError, TracerError, callable_name
 from remat.graph import Graph
 from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_function
-from remat.vectorize import align_to, cotangent_layout, from_raw_layout
+from remat.vaxes import align_to, cotangent_layout, from_raw_layout
 
 
 class SymbolicZero:

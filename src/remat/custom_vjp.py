@@ -37,7 +37,8 @@ from remat.forward import transposed_tangents
 from remat.graph import Graph, Node, Var
 from remat.ops.reduce import sum as _sum
 from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_function
-from remat.vectorize import cotangent_layout, devectorize
+from remat.vaxes import cotangent_layout
+from remat.vectorize import devectorize
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from remat.core import OPS, BlockJVP
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Node, Var, needed
 from remat.trace import Tensor, argument, asarray, bind, current_trace, is_device_array, trace_function
-from remat.vectorize import align_to
+from remat.vaxes import align_to
 
 # ---------------------------------------------------------------- the interpreter
 

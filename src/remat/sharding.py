@@ -193,23 +193,15 @@ def _rule(x, *, spec: Spec):
     return x
 
 
-# d shard(x) = shard(dx): the cotangent and the tangent are laid out as the value is.
-_shard = declare("shard", _rule, lambda g, x, out, spec: (bind(_shard, g, spec=spec),), jvp=linear_jvp("shard"))
-
-
-def _vectorized(op, tensors, params, names):
+def _batch(op, tensors, params, names):
     """Under vmap the vectorized axes lead the raw array and are not split."""
     (t,) = tensors
     return bind(op, t._raw(), spec=params["spec"].leading(len(t._vaxes)))._relabel(t._vaxes)
 
 
-def _register_vmap_rule() -> None:
-    from remat.vectorize import RULES
-
-    RULES["shard"] = _vectorized
-
-
-_register_vmap_rule()
+# d shard(x) = shard(dx): the cotangent and the tangent are laid out as the value is.
+_shard = declare("shard", _rule, lambda g, x, out, spec: (bind(_shard, g, spec=spec),), jvp=linear_jvp("shard"),
+                 batch=_batch)
 
 
 def shard(x, spec):

@@ -202,9 +202,7 @@ def bind(op: Op, *args, **params):
             reads.note(t)
     weak = bool(tensors) and all(t._weak for t in tensors)  # computed from weak tensors alone: weak too, as in JAX
     if any(t._vaxes for t in tensors):
-        from remat.vectorize import bind_vectorized
-
-        result = bind_vectorized(op, tensors, params)
+        result = _vectorizer(op, tensors, params)
         if not weak:
             return result
         outs = list(result) if op.multiple_results else [result]
@@ -235,6 +233,17 @@ def set_evaluator(apply: Callable) -> None:
     """`apply(op_name, arrays, params, avals) -> arrays` runs ops bound outside a trace."""
     global _evaluator
     _evaluator = apply
+
+
+# What binds an op some of whose operands are vectorized: vmap's `bind_vectorized`, which
+# remat/vectorize.py installs when imported (`set_vectorizer`); the IR core imports no transform.
+_vectorizer: Callable
+
+
+def set_vectorizer(bind_vectorized: Callable) -> None:
+    """`bind_vectorized(op, tensors, params) -> output(s)` binds ops on vectorized operands."""
+    global _vectorizer
+    _vectorizer = bind_vectorized
 
 
 def _eager(op: Op, tensors: list[Tensor], params: dict) -> list[Tensor]:

@@ -12,7 +12,7 @@ from remat.argcheck import describe, leaf_paths
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name
 from remat.graph import Graph, Var
 from remat.trace import Tensor, asarray, is_tensor_like, is_weak, trace_function
-from remat.vectorize import _merge, align_to
+from remat.vaxes import align_to, merge
 
 
 def tensor_leaves(value, loop: str, what: str) -> tuple[list[Tensor], tree.TreeDef]:
@@ -116,7 +116,7 @@ class Carry:
         own = self.leaves[i]._vaxes
         if {n for n, _ in t._vaxes} <= {n for n, _ in own}:
             return align_to(t, own)
-        self.wider[i] = _merge([self.wider.get(i, own), t._vaxes])
+        self.wider[i] = merge([self.wider.get(i, own), t._vaxes])
         return t
 
     def trace(self, fns_and_args, names: list[str]) -> list:

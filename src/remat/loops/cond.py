@@ -31,7 +31,8 @@ from remat.loops.prune import prune_cond
 from remat.ops.elementwise import astype, clip, equal, where
 from remat.ops.identity import stop_gradient
 from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like, new_trace, outer_reads, trace_function
-from remat.vectorize import RULES, _merge, align_to, block_rule
+from remat.vaxes import align_to, merge
+from remat.vectorize import block_rule
 
 
 def _ordered(branches: dict) -> list[Graph]:
@@ -103,8 +104,7 @@ def _cond_jvp(ts, index, *operands, num_residuals=0, **branches):  # residuals: 
     return outs, instantiate(touts, graphs[0].outputs, none=True)
 
 
-cond_op = declare("cond", _cond_rule, _cond_vjp, multiple_results=True, jvp=BlockJVP(_cond_jvp))
-RULES["cond"] = block_rule
+cond_op = declare("cond", _cond_rule, _cond_vjp, multiple_results=True, jvp=BlockJVP(_cond_jvp), batch=block_rule)
 cond_op.prune = prune_cond
 cond_op.cost = lambda node, cost_of: max((cost_of(g) for g in node.subgraphs()), default=0.0)  # the dearest branch
 
@@ -216,7 +216,7 @@ class _Branches:
                   for k, fn in enumerate(self.fns)]
         self.out_tree = check_agree(self.loop, self.labels, results)
         per_branch = [[t._vaxes for t in leaves] for _, leaves in results]
-        self.out_vaxes = [_merge(axes) for axes in zip(*per_branch)]
+        self.out_vaxes = [merge(axes) for axes in zip(*per_branch)]
         if all(axes == self.out_vaxes for axes in per_branch):
             return traced
         aligned = [self._flat(k, [], self.out_vaxes) for k in range(len(self.fns))]

@@ -34,7 +34,7 @@ from remat.loops.prune import prune_scan
 from remat.ops.shape import permute_dims
 from remat.ops.update import register_scan
 from remat.trace import Tensor, bind, current_trace
-from remat.vectorize import RULES, block_rule
+from remat.vectorize import block_rule
 
 
 def _scan_rule(*avals, body: Graph, length: int, reverse: bool, num_carry: int, num_xs: int, unroll: int = 1,
@@ -113,8 +113,7 @@ def _describe_output(node: Node, k: int) -> str | PerStep | None:
 
 
 # Its VJP is set by scan_binomial.py, which knows both schedules' rules (they import this module).
-scan_op = declare("scan", _scan_rule, None, multiple_results=True, jvp=BlockJVP(_scan_jvp))
-RULES["scan"] = block_rule
+scan_op = declare("scan", _scan_rule, None, multiple_results=True, jvp=BlockJVP(_scan_jvp), batch=block_rule)
 scan_op.prune = prune_scan
 scan_op.cost = lambda node, cost_of: node.params["length"] * cost_of(node.params["body"])
 scan_op.describe_output = _describe_output

@@ -39,7 +39,7 @@ from remat.loops import revolve
 from remat.loops.scan import refuse_forward_mode, scan, scan_op
 from remat.loops.scan_vjp import _graph, _or_zeros, _outputs, _producer, scan_vjp, split
 from remat.trace import Tensor, bind, current_trace, new_trace
-from remat.vectorize import RULES, devectorize, vectorize
+from remat.vectorize import devectorize, vectorize
 
 
 def _rule(*avals, advance: Graph, step: Graph, length: int, reverse: bool, snapshots: int, num_carry: int,
@@ -154,7 +154,7 @@ def _one_entry_at_a_time(op, tensors: list[Tensor], params: dict, names: tuple) 
     return tuple(vectorize(y, name) for y in ys)
 
 
-RULES["scan_binomial"] = _one_entry_at_a_time
+scan_binomial_op.batch = _one_entry_at_a_time
 
 
 def _scan_vjp(gs, *inputs, out, **params):

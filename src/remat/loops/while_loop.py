@@ -27,7 +27,8 @@ from remat.loops.scan import scan
 from remat.ops.elementwise import astype, where
 from remat.ops.reduce import sum as sum_
 from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like
-from remat.vectorize import RULES, _merge, align_to, block_rule
+from remat.vaxes import align_to, merge
+from remat.vectorize import block_rule
 
 
 def _while_rule(*avals, cond: Graph, body: Graph, num_carry: int):
@@ -102,8 +103,8 @@ def _while_jvp(ts, *inputs, cond: Graph, body: Graph, num_carry: int):
     return c, touts
 
 
-while_op = declare("while", _while_rule, _while_vjp, multiple_results=True, jvp=BlockJVP(_while_jvp))
-RULES["while"] = block_rule
+while_op = declare("while", _while_rule, _while_vjp, multiple_results=True, jvp=BlockJVP(_while_jvp),
+                   batch=block_rule)
 while_op.prune = prune_while
 
 
@@ -143,7 +144,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init):
 def _batched(cond_fun: Callable, body_fun: Callable, init, vaxes: tuple):
     """Under vmap each entry may stop at another step: loop while any entry's condition holds,
     and leave the entries whose condition fails as they are (as JAX batches a while loop)."""
-    init = tree.map(lambda t: align_to(t, _merge([t._vaxes, vaxes])), init)
+    init = tree.map(lambda t: align_to(t, merge([t._vaxes, vaxes])), init)
 
     def any_holds(c):
         return sum_(astype(asarray(cond_fun(c))._raw(), "int32")) > 0

@@ -16,6 +16,7 @@ from remat.ops.axes import axis_index
 from remat.ops.creation import ones, zeros
 from remat.ops.shape import concat, flip, reshape, slice_axis
 from remat.trace import Tensor, asarray, bind, linear_jvp
+from remat.vaxes import axis_shifted
 
 
 def _cumulative_rule(x: Aval, *, axis: int, reverse: bool) -> Aval:
@@ -88,8 +89,8 @@ def _cumprod_jvp(ts, x, out, *, axis, reverse):
     return _forward(_cumprod_tangent, x, axis, reverse, ts[0])
 
 
-_cumsum = declare("cumsum", _cumulative_rule, _cumsum_vjp, jvp=linear_jvp("cumsum"))
-_cumprod = declare("cumprod", _cumulative_rule, _cumprod_vjp, jvp=_cumprod_jvp)
+_cumsum = declare("cumsum", _cumulative_rule, _cumsum_vjp, jvp=linear_jvp("cumsum"), batch=axis_shifted)
+_cumprod = declare("cumprod", _cumulative_rule, _cumprod_vjp, jvp=_cumprod_jvp, batch=axis_shifted)
 
 
 # ---------------------------------------------------------------- front end

@@ -26,7 +26,14 @@ def _barrier_jvp(ts, *xs):
     return tied[: len(xs)], tuple(None if t is None else next(rest) for t in ts)
 
 
-_barrier = declare("barrier", lambda *xs: xs, _barrier_vjp, multiple_results=True, jvp=BlockJVP(_barrier_jvp))
+def _barrier_batch(op, tensors, params, names):
+    # Each output keeps its own operand's vectorized axes: a barrier lays nothing out.
+    outs = bind(op, *[t._raw() for t in tensors])
+    return tuple(o._relabel(t._vaxes) for o, t in zip(outs, tensors))
+
+
+_barrier = declare("barrier", lambda *xs: xs, _barrier_vjp, multiple_results=True, jvp=BlockJVP(_barrier_jvp),
+                   batch=_barrier_batch)
 
 _name = declare("checkpoint_name", lambda x, *, name: x, lambda g, x, out, name: (g,),
                 jvp=lambda ts, x, out, name: ts[0])

@@ -28,8 +28,10 @@ from remat.errors import (
 )
 from remat.ops.axes import axis_index, static_int
 from remat.ops.creation import zeros
+from remat.ops.elementwise import clip, where
 from remat.ops.shape import flip, permute_dims, reshape, slice
 from remat.trace import Tensor, asarray, bind, is_device_array
+from remat.vaxes import lay_out, sizes, wrap
 
 
 def _take_rule(x: Aval, idx: Aval, *, axis: int) -> Aval:
@@ -67,10 +69,60 @@ def _index_add_jvp(ts, x, idx, upd, out, *, axis):
     return bind(_index_add, zeros(x.shape, x.dtype) if tx is None else tx, idx, tu, axis=axis)
 
 
+# ---------------------------------------------------------------- batch rules
+# With unvectorized indices the vectorized axes just lead x. With vectorized ones, each entry
+# of the vectorized axes has its own indices into its own x: x is flattened to one gather axis
+# of P*n rows (P entries of n), and each entry's indices are offset to its rows.
+
+
+def _flat_gather_layout(x: Tensor, idx: Tensor, axis: int, names: tuple):
+    """x as (P*n, *rest) and idx as (P, *idx.shape) offset into it, P the vectorized entries."""
+    p, n = math.prod(sizes(names)), x.shape[axis]
+    xf = reshape(lay_out(x, names, x.ndim, True), (p,) + x.shape)
+    xf = permute_dims(xf, [0, 1 + axis] + [1 + i for i in range(x.ndim) if i != axis])
+    rest = x.shape[:axis] + x.shape[axis + 1 :]
+    i2 = reshape(lay_out(idx, names, idx.ndim, True), (p,) + idx.shape)
+    i2 = clip(where(i2 < 0, i2 + n, i2), 0, n - 1)  # take's clamp, before rows are merged
+    offsets = asarray((np.arange(p) * n).astype(idx.dtype).reshape((p,) + (1,) * idx.ndim))
+    return reshape(xf, (p * n,) + rest), i2 + offsets, p, n, rest
+
+
+def _take_batch(op, tensors, params, names):
+    x, idx = tensors
+    axis = params["axis"]
+    if not idx._vaxes:
+        return wrap(bind(op, x._raw(), idx, axis=axis + len(names)), names)
+    xf, i2, p, _, _ = _flat_gather_layout(x, idx, axis, names)
+    flat = bind(op, xf, i2, axis=0)  # (P, *idx.shape, *rest)
+    m = idx.ndim
+    order = [0] + [1 + m + i for i in range(axis)] + [1 + i for i in range(m)]
+    order += [1 + m + i for i in range(axis, x.ndim - 1)]
+    out_shape = x.shape[:axis] + idx.shape + x.shape[axis + 1 :]
+    return wrap(reshape(permute_dims(flat, order), sizes(names) + out_shape), names)
+
+
+def _index_add_batch(op, tensors, params, names):
+    x, idx, upd = tensors
+    axis = params["axis"]
+    if not idx._vaxes:
+        raws = [lay_out(t, names, t.ndim, True) for t in (x, upd)]
+        return wrap(bind(op, raws[0], idx, raws[1], axis=axis + len(names)), names)
+    xf, i2, p, n, rest = _flat_gather_layout(x, idx, axis, names)
+    m = idx.ndim
+    u = reshape(lay_out(upd, names, upd.ndim, True), (p,) + upd.shape)
+    u = permute_dims(u, [0] + [1 + axis + i for i in range(m)] + [1 + i for i in range(axis)]
+                     + [1 + axis + m + i for i in range(x.ndim - 1 - axis)])
+    added = bind(op, xf, reshape(i2, (-1,)), reshape(u, (-1,) + rest), axis=0)  # (P*n, *rest)
+    back = reshape(added, (p, n) + rest)
+    back = permute_dims(back, [0] + [2 + i for i in range(axis)] + [1] + [2 + i for i in range(axis, x.ndim - 1)])
+    return wrap(reshape(back, sizes(names) + x.shape), names)
+
+
 # Gathering is linear in x: the tangent is gathered from the same places.
 _take = declare("take", _take_rule, _take_vjp,
-                jvp=lambda ts, x, idx, out, *, axis: None if ts[0] is None else bind(_take, ts[0], idx, axis=axis))
-_index_add = declare("index_add", _index_add_rule, _index_add_vjp, jvp=_index_add_jvp)
+                jvp=lambda ts, x, idx, out, *, axis: None if ts[0] is None else bind(_take, ts[0], idx, axis=axis),
+                batch=_take_batch)
+_index_add = declare("index_add", _index_add_rule, _index_add_vjp, jvp=_index_add_jvp, batch=_index_add_batch)
 
 
 def take(x, indices, axis: int | None = None) -> Tensor:

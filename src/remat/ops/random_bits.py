@@ -18,6 +18,7 @@ from remat.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.errors import DTypeError, ShapeError
 from remat.ops.elementwise import broadcast_shapes
 from remat.trace import Tensor, bind
+from remat.vaxes import lay_out, single, wrap
 
 _COUNTER_BITS = 32  # one counter word numbers the draws
 
@@ -50,16 +51,28 @@ def _fold_in_rule(key: Aval, data: Aval) -> Aval:
     return Aval(broadcast_shapes(key.shape[:-1], data.shape) + (2,), dtypes.int32)
 
 
+def _fold_in_batch(op, tensors, params, names):
+    """The key's vectorized axes lead its batch axes, laid out against the data's so that one
+    key meets each data entry of its own row."""
+    key, data = tensors
+    raw_key = lay_out(key, names, data.ndim + 1, False)  # (*names, 1 per data axis, 2)
+    return wrap(bind(op, raw_key, lay_out(data, names, data.ndim, False)), names)
+
+
+# A batch of keys draws a batch of arrays: a vectorized key is one.
+_draw_batch = single(lambda p, names: p)
+
 # Floats in [0, 1) of shape `key.shape[:-1] + shape`: exact multiples of 2**-24 (float32) or
 # 2**-53 (float64). Numbers, not functions of anything differentiable: no gradient.
-_uniform = declare("random_uniform", _draw_rule(_COUNTER_BITS), NOT_DIFFERENTIABLE)
+_uniform = declare("random_uniform", _draw_rule(_COUNTER_BITS), NOT_DIFFERENTIABLE, batch=_draw_batch)
 
 # Standard normals of shape `key.shape[:-1] + shape`: Box–Muller on the uniforms' integers of
 # shape (2,) + shape, in exact integer arithmetic, so that both backends give the same bits.
-_normal = declare("random_normal", _draw_rule(_COUNTER_BITS - 1), NOT_DIFFERENTIABLE)  # two words a number
+_normal = declare("random_normal", _draw_rule(_COUNTER_BITS - 1), NOT_DIFFERENTIABLE,  # two words a number
+                  batch=_draw_batch)
 
 # New keys `[broadcast(key.shape[:-1], data.shape), 2]`, one per data entry.
-_fold_in = declare("random_fold_in", _fold_in_rule, NOT_DIFFERENTIABLE)
+_fold_in = declare("random_fold_in", _fold_in_rule, NOT_DIFFERENTIABLE, batch=_fold_in_batch)
 
 
 def random_uniform(key: Tensor, shape: tuple[int, ...], dtype) -> Tensor:

@@ -16,6 +16,7 @@ from remat.ops import elementwise as _elementwise
 from remat.ops import shape as _shape
 from remat.ops.axes import axis_index, listed, normalize_axes
 from remat.trace import Tensor, asarray, bind, linear_jvp
+from remat.vaxes import axes_shifted, axis_shifted
 
 
 def _reduce_rule(x: Aval, *, axes: tuple[int, ...]) -> Aval:
@@ -77,12 +78,12 @@ def _weighted_jvp(vjp):
     return jvp
 
 
-_sum = declare("sum", _reduce_rule, _sum_vjp, jvp=linear_jvp("sum"))
-_prod = declare("prod", _reduce_rule, _prod_vjp, jvp=_weighted_jvp(_prod_vjp))
-_max = declare("max", _reduce_rule, _extremum_vjp, jvp=_weighted_jvp(_extremum_vjp))
-_min = declare("min", _reduce_rule, _extremum_vjp, jvp=_weighted_jvp(_extremum_vjp))
-_argmax = declare("argmax", _arg_rule, NOT_DIFFERENTIABLE)
-_argmin = declare("argmin", _arg_rule, NOT_DIFFERENTIABLE)
+_sum = declare("sum", _reduce_rule, _sum_vjp, jvp=linear_jvp("sum"), batch=axes_shifted)
+_prod = declare("prod", _reduce_rule, _prod_vjp, jvp=_weighted_jvp(_prod_vjp), batch=axes_shifted)
+_max = declare("max", _reduce_rule, _extremum_vjp, jvp=_weighted_jvp(_extremum_vjp), batch=axes_shifted)
+_min = declare("min", _reduce_rule, _extremum_vjp, jvp=_weighted_jvp(_extremum_vjp), batch=axes_shifted)
+_argmax = declare("argmax", _arg_rule, NOT_DIFFERENTIABLE, batch=axis_shifted)
+_argmin = declare("argmin", _arg_rule, NOT_DIFFERENTIABLE, batch=axis_shifted)
 
 
 def _reduction(op, x, axis, keepdims) -> Tensor:

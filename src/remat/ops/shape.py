@@ -22,6 +22,7 @@ from remat.ops.axes import (
     static_int,
 )
 from remat.trace import Tensor, asarray, bind, linear_jvp
+from remat.vaxes import axes_shifted, lay_out, single, sizes, wrap
 
 # ---------------------------------------------------------------- rules
 
@@ -124,22 +125,49 @@ def _concat_jvp(ts, *xs, out, axis):
     return bind(_concat, *[_creation.zeros(x.shape, x.dtype) if t is None else t for t, x in zip(ts, xs)], axis=axis)
 
 
+# ---------------------------------------------------------------- batch rules
+# The vectorized axes lead the raw operand: they stay whole, ahead of the axes the op moves.
+
+
+def _permute_batch(p, names):
+    k = len(names)
+    return {"axes": tuple(range(k)) + tuple(a + k for a in p["axes"])}
+
+
+def _slice_batch(p, names):
+    k = len(names)
+    return {"start": (0,) * k + p["start"], "stop": sizes(names) + p["stop"], "step": (1,) * k + p["step"]}
+
+
+def _broadcast_batch(op, tensors, params, names):
+    (t,) = tensors
+    raw = lay_out(t, names, len(params["shape"]), False)
+    return wrap(bind(op, raw, shape=sizes(names) + params["shape"]), names)
+
+
+def _concat_batch(op, tensors, params, names):
+    rank = tensors[0].ndim
+    raws = [lay_out(t, names, rank, True) for t in tensors]
+    return wrap(bind(op, *raws, axis=params["axis"] + len(names)), names)
+
+
 # Every op here only moves elements, so its JVP is the op applied to the tangent.
 _reshape = declare("reshape", _reshape_rule, lambda g, x, out, shape: (reshape(g, x.shape),),
-                   jvp=linear_jvp("reshape"))
+                   jvp=linear_jvp("reshape"), batch=single(lambda p, names: {"shape": sizes(names) + p["shape"]}))
 _permute = declare(
     "permute_dims", _permute_rule, lambda g, x, out, axes: (permute_dims(g, _inverse(axes)),),
-    jvp=linear_jvp("permute_dims"),
+    jvp=linear_jvp("permute_dims"), batch=single(_permute_batch),
 )
 _broadcast = declare(
     "broadcast_to", _broadcast_rule, lambda g, x, out, shape: (_elementwise.unbroadcast(g, x.shape),),
-    jvp=linear_jvp("broadcast_to"),
+    jvp=linear_jvp("broadcast_to"), batch=_broadcast_batch,
 )
-_concat = declare("concat", _concat_rule, _concat_vjp, jvp=_concat_jvp)
-_slice = declare("slice", _slice_rule, _slice_vjp, jvp=linear_jvp("slice"))
-_pad = declare("pad", _pad_rule, _pad_vjp, jvp=linear_jvp("pad"))
+_concat = declare("concat", _concat_rule, _concat_vjp, jvp=_concat_jvp, batch=_concat_batch)
+_slice = declare("slice", _slice_rule, _slice_vjp, jvp=linear_jvp("slice"), batch=single(_slice_batch))
+_pad = declare("pad", _pad_rule, _pad_vjp, jvp=linear_jvp("pad"),
+               batch=single(lambda p, names: {k: (0,) * len(names) + v for k, v in p.items()}))
 _flip = declare("flip", _flip_rule, lambda g, x, out, axes: (flip(g, axes),),  # its own transpose
-                jvp=linear_jvp("flip"))
+                jvp=linear_jvp("flip"), batch=axes_shifted)
 
 # ---------------------------------------------------------------- front end
 

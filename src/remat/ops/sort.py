@@ -20,6 +20,7 @@ from remat.ops.creation import zeros
 from remat.ops.indexing import _index_add, _take
 from remat.ops.shape import flip, permute_dims, reshape
 from remat.trace import Tensor, asarray, bind
+from remat.vaxes import axis_shifted
 
 
 def _sort_rule(x: Aval, *, axis: int) -> tuple[Aval, Aval]:
@@ -74,7 +75,7 @@ def _sort_jvp(ts, x, out, *, axis):
     return (None if ts[0] is None else take_along(ts[0], out[1], axis), None)
 
 
-_sort = declare("sort", _sort_rule, _sort_vjp, multiple_results=True, jvp=_sort_jvp)
+_sort = declare("sort", _sort_rule, _sort_vjp, multiple_results=True, jvp=_sort_jvp, batch=axis_shifted)
 
 
 # ---------------------------------------------------------------- front end
