@@ -127,7 +127,7 @@ def test_a_block_bound_eagerly_never_writes_into_the_callers_array(block):
     did) counted its operands as its own buffers, and its body's first elementwise op wrote its
     result into the caller's array (fuzz seeds 6976, 9044: wrong values after it)."""
     from remat.autodiff import emit
-    from remat.trace import Tensor
+    from remat.tensor import Tensor
 
     body = lambda h: rm.sin(h) * 2.0  # noqa: E731
     if block == "checkpoint":

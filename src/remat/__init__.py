@@ -161,7 +161,8 @@ from remat.ops import (
 )
 from remat.precision import default_matmul_precision
 from remat.sharding import shard
-from remat.trace import Tensor, asarray, make_graph
+from remat.tensor import Tensor
+from remat.trace import asarray, make_graph
 from remat.vectorize import devectorize, vectorize, vmap
 
 #: The installed package's version, whose one source is pyproject.toml (CHANGELOG.md says what changed).

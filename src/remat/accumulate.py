@@ -21,7 +21,7 @@ from remat.graph import Graph, Node, Var
 from remat.ops.creation import zeros
 from remat.ops.shape import concat, pad
 from remat.stacked import unit_step_cut
-from remat.trace import Tensor
+from remat.tensor import Tensor
 
 
 class Cotangents(dict):

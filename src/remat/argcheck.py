@@ -12,7 +12,7 @@ import numpy as np
 from remat import tree
 from remat.errors import ArgumentTypeError, ArgumentValueError, callable_name
 from remat.graph import type_str
-from remat.trace import Tensor
+from remat.tensor import Tensor
 
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxother = 60

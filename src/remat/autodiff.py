@@ -22,7 +22,8 @@ from remat.backends.eager import call_traced
 from remat.core import OPS
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Node, Var, needed
-from remat.trace import Tensor, argument, asarray, bind, current_trace, new_trace, trace_function
+from remat.tensor import Tensor
+from remat.trace import argument, asarray, bind, current_trace, new_trace, trace_function
 from remat.vaxes import align_to, cotangent_layout, from_raw_layout
 
 

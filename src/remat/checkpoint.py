@@ -36,14 +36,8 @@ from remat.forward import instantiate, jvp_graph, split_nodes
 from remat.graph import Graph, Node, Var, needed, sub_graph
 from remat.ops.identity import barrier
 from remat.stacked import only_sliced, readers
-from remat.trace import (
-    Tensor,
-    asarray,
-    bind,
-    current_trace,
-    is_array,
-    trace_function,
-)
+from remat.tensor import Tensor, is_array
+from remat.trace import asarray, bind, current_trace, trace_function
 from remat.vectorize import block_rule
 
 # ---------------------------------------------------------------- the block and its gradient

@@ -26,7 +26,8 @@ import numpy as np
 
 from remat import tree
 from remat.backends import numpy as evaluator
-from remat.trace import Tensor, asarray, is_array, trace_function
+from remat.tensor import Tensor, is_array
+from remat.trace import asarray, trace_function
 
 MAX_SIGNATURES = 16  # programs kept per function, the least recently used dropped first
 _LOCK = threading.Lock()

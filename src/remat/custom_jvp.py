@@ -29,7 +29,8 @@ from remat.backends import numpy as evaluator
 from remat.core import Aval, BlockJVP, declare
 from remat.errors import ArgumentTypeError, ShapeError, TracerError, callable_name
 from remat.graph import Graph
-from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_function
+from remat.tensor import Tensor, is_array
+from remat.trace import asarray, bind, current_trace, trace_function
 from remat.vaxes import align_to, cotangent_layout, from_raw_layout
 
 

@@ -36,7 +36,8 @@ from remat.errors import ArgumentTypeError, DTypeError, ShapeError, TracerError,
 from remat.forward import transposed_tangents
 from remat.graph import Graph, Node, Var
 from remat.ops.reduce import sum as _sum
-from remat.trace import Tensor, asarray, bind, current_trace, is_array, trace_function
+from remat.tensor import Tensor, is_array
+from remat.trace import asarray, bind, current_trace, trace_function
 from remat.vaxes import cotangent_layout
 from remat.vectorize import devectorize
 

@@ -25,7 +25,8 @@ from remat.backends.eager import call_traced
 from remat.core import OPS, BlockJVP
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError, callable_name, source_of
 from remat.graph import Graph, Node, Var, needed
-from remat.trace import Tensor, argument, asarray, bind, current_trace, is_device_array, trace_function
+from remat.tensor import Tensor, is_device_array
+from remat.trace import argument, asarray, bind, current_trace, trace_function
 from remat.vaxes import align_to
 
 # ---------------------------------------------------------------- the interpreter

@@ -27,7 +27,7 @@ import numpy as np
 
 from remat import dtypes
 from remat.errors import ArgumentTypeError, DTypeError, TracerError
-from remat.trace import Tensor, is_device_array
+from remat.tensor import Tensor, is_device_array
 
 _KDL_CPU = 1  # DLPack's device type of host memory
 

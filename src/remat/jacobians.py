@@ -18,7 +18,8 @@ from remat.autodiff import check_aux_pair, vjp
 from remat.errors import ArgumentTypeError, DTypeError, callable_name
 from remat.forward import jvp
 from remat.ops.shape import reshape
-from remat.trace import Tensor, argument, asarray, is_tensor_like
+from remat.tensor import Tensor, is_tensor_like
+from remat.trace import argument, asarray
 from remat.vectorize import vmap
 
 

@@ -33,17 +33,8 @@ from remat.graph import type_str
 from remat.planner.cost import WEIGHTS, node_cost
 from remat.planner.target import Target
 from remat.planner.target import running_on as planned_for
-from remat.trace import (
-    Tensor,
-    Traced,
-    argument,
-    asarray,
-    check_argument_leaf,
-    current_trace,
-    is_device_array,
-    is_tensor_like,
-    trace_function,
-)
+from remat.tensor import Tensor, check_argument_leaf, is_device_array, is_tensor_like
+from remat.trace import Traced, argument, asarray, current_trace, trace_function
 
 
 def _signature(leaves) -> tuple:

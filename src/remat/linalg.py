@@ -17,7 +17,8 @@ from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, Shap
 from remat.ops import abs, broadcast_to, eye, matrix_transpose, max, min, pow, reshape, sqrt, squeeze, sum, where
 from remat.ops import decompositions as dec
 from remat.ops.axes import ordered_axes
-from remat.trace import Tensor, asarray
+from remat.tensor import Tensor
+from remat.trace import asarray
 
 __all__ = ["cholesky", "det", "eigh", "inv", "norm", "qr", "slogdet", "solve", "solve_triangular", "svd"]
 

@@ -43,7 +43,8 @@ from remat.ops import sign as _sign
 from remat.ops.elementwise import broadcast_shapes_for, promote
 from remat.ops.reduce import normalize_axes
 from remat.ops.special import normal_cdf as _normal_cdf
-from remat.trace import Tensor, asarray
+from remat.tensor import Tensor
+from remat.trace import asarray
 
 
 def relu(x) -> Tensor:

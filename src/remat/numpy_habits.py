@@ -18,7 +18,7 @@ import numpy as np
 
 from remat import linalg, ops
 from remat.errors import ArgumentTypeError, TracerError
-from remat.trace import Tensor
+from remat.tensor import Tensor
 
 # NOTE: rm.pad takes (x, lo, hi), not NumPy's (array, pad_width, mode): np.pad is not remat's.
 _NOT_NUMPYS = {"pad"}

@@ -55,7 +55,8 @@ from remat import dtypes, tree
 from remat.argcheck import describe, leaf_paths, short_repr
 from remat.errors import ArgumentTypeError, ArgumentValueError, DTypeError, ShapeError
 from remat.ops import astype, clip, cos, floor, maximum, minimum, ones_like, sqrt, where, zeros_like
-from remat.trace import Tensor, asarray, is_tensor_like
+from remat.tensor import Tensor, is_tensor_like
+from remat.trace import asarray
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ from remat.ops.reduce import argmax
 from remat.ops.shape import broadcast_to, expand_dims, stack
 from remat.ops.sort import argsort
 from remat.ops.special import normal_cdf, normal_quantile
-from remat.trace import Tensor, asarray
+from remat.tensor import Tensor
+from remat.trace import asarray
 
 _KEY_SHAPE = (2,)
 

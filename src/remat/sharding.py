@@ -35,7 +35,8 @@ import numpy as np
 from remat import argcheck, tree
 from remat.core import declare
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError
-from remat.trace import Tensor, asarray, bind, is_device_array, linear_jvp
+from remat.tensor import Tensor, is_device_array
+from remat.trace import asarray, bind, linear_jvp
 
 # ---------------------------------------------------------------- the spec, as op data
 

@@ -13,7 +13,8 @@ from remat.nn import sigmoid as _sigmoid
 from remat.ops import log, log1p, where
 from remat.ops.special_functions import digamma, erf, erfc, gammaln, polygamma
 from remat.ops.transcendental import float_pair
-from remat.trace import Tensor, asarray
+from remat.tensor import Tensor
+from remat.trace import asarray
 
 __all__ = ["digamma", "erf", "erfc", "expit", "gammaln", "logit", "logsumexp", "polygamma", "xlog1py", "xlogy"]
 

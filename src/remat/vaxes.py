@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 from remat.core import OPS, set_elementwise
 from remat.errors import ShapeError
-from remat.trace import Tensor, bind
+from remat.tensor import Tensor
+from remat.trace import bind
 
 
 def merge(all_vaxes) -> tuple:

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from remat import argcheck, trace, tree
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError, TracerError
 from remat.ops.shape import permute_dims
-from remat.trace import Tensor, asarray
+from remat.tensor import Tensor
+from remat.trace import asarray
 from remat.vaxes import align_to, merge
 
 # ---------------------------------------------------------------- user API

@@ -12,7 +12,8 @@ import numpy as np
 
 from remat import backends, tree
 from remat.errors import callable_name
-from remat.trace import Tensor, is_array, trace_function
+from remat.tensor import Tensor, is_array
+from remat.trace import trace_function
 
 
 def call_traced(fn: Callable, args: tuple):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from remat.trace import Tensor
+from remat.tensor import Tensor
 from remat.tree import leaves
 
 K = TypeVar("K", bound=Hashable)

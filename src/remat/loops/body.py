@@ -11,7 +11,8 @@ from remat import dtypes, tree
 from remat.argcheck import describe, leaf_paths
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError, callable_name
 from remat.graph import Graph, Var
-from remat.trace import Tensor, asarray, is_tensor_like, is_weak, trace_function
+from remat.tensor import Tensor, is_tensor_like, is_weak
+from remat.trace import asarray, trace_function
 from remat.vaxes import align_to, merge
 
 

@@ -30,7 +30,8 @@ from remat.loops.body import shared_captures, tensor_leaves, type_of, widen
 from remat.loops.prune import prune_cond
 from remat.ops.elementwise import astype, clip, equal, where
 from remat.ops.identity import stop_gradient
-from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like, new_trace, outer_reads, trace_function
+from remat.tensor import Tensor, is_tensor_like
+from remat.trace import asarray, bind, current_trace, new_trace, outer_reads, trace_function
 from remat.vaxes import align_to, merge
 from remat.vectorize import block_rule
 

@@ -34,7 +34,8 @@ from remat.loops.cond import cond_op
 from remat.loops.scan import scan_op
 from remat.loops.scan_vjp import split
 from remat.ops.shape import broadcast_to
-from remat.trace import Tensor, asarray, new_trace
+from remat.tensor import Tensor
+from remat.trace import asarray, new_trace
 
 
 def _stepped(node: Node, policy: Callable) -> Node:

@@ -33,7 +33,8 @@ from remat.loops.checkpointed import segmented, step_checkpointed
 from remat.loops.prune import prune_scan
 from remat.ops.shape import permute_dims
 from remat.ops.update import register_scan
-from remat.trace import Tensor, bind, current_trace
+from remat.tensor import Tensor
+from remat.trace import bind, current_trace
 from remat.vectorize import block_rule
 
 

@@ -38,7 +38,8 @@ from remat.graph import Graph, Node, Var, sub_graph
 from remat.loops import revolve
 from remat.loops.scan import refuse_forward_mode, scan, scan_op
 from remat.loops.scan_vjp import _graph, _or_zeros, _outputs, _producer, scan_vjp, split
-from remat.trace import Tensor, bind, current_trace, new_trace
+from remat.tensor import Tensor
+from remat.trace import bind, current_trace, new_trace
 from remat.vectorize import devectorize, vectorize
 
 

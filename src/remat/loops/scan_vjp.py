@@ -36,7 +36,8 @@ from remat.autodiff import backward_pass, replay
 from remat.core import pruned
 from remat.graph import Graph, Node, Var, live_nodes
 from remat.loops.scan import scan, scan_op
-from remat.trace import Tensor, asarray, bind, current_trace, new_trace
+from remat.tensor import Tensor
+from remat.trace import asarray, bind, current_trace, new_trace
 
 
 @dataclass

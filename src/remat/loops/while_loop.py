@@ -26,7 +26,8 @@ from remat.loops.prune import prune_while
 from remat.loops.scan import scan
 from remat.ops.elementwise import astype, where
 from remat.ops.reduce import sum as sum_
-from remat.trace import Tensor, asarray, bind, current_trace, is_tensor_like
+from remat.tensor import Tensor, is_tensor_like
+from remat.trace import asarray, bind, current_trace
 from remat.vaxes import align_to, merge
 from remat.vectorize import block_rule
 

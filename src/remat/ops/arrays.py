@@ -18,7 +18,8 @@ from remat.ops.axes import axis_index, int_tuple, listed, ordered_axes, static_i
 from remat.ops.elementwise import broadcast_shapes, maximum, minimum, where
 from remat.ops.indexing import check_in_range, take
 from remat.ops.shape import broadcast_to, concat, pad, permute_dims, reshape, slice, slice_axis, transpose
-from remat.trace import Tensor, asarray
+from remat.tensor import Tensor
+from remat.trace import asarray
 
 # ---------------------------------------------------------------- axes
 

@@ -12,7 +12,7 @@ import operator
 import numpy as np
 
 from remat.errors import ArgumentTypeError, ArgumentValueError, TracerError
-from remat.trace import Tensor
+from remat.tensor import Tensor
 from remat.values import MAX_RANK
 
 

@@ -14,7 +14,8 @@ from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError, Valu
 from remat.ops import elementwise as _elementwise  # modules, not names: an import cycle (ops/__init__.py)
 from remat.ops import shape as _shape
 from remat.ops.axes import axis_index, shape_tuple, static_int
-from remat.trace import Tensor, asarray
+from remat.tensor import Tensor
+from remat.trace import asarray
 
 
 def full(shape, fill_value, dtype=None) -> Tensor:

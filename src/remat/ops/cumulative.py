@@ -15,7 +15,8 @@ from remat.errors import DTypeError
 from remat.ops.axes import axis_index
 from remat.ops.creation import ones, zeros
 from remat.ops.shape import concat, flip, reshape, slice_axis
-from remat.trace import Tensor, asarray, bind, linear_jvp
+from remat.tensor import Tensor
+from remat.trace import asarray, bind, linear_jvp
 from remat.vaxes import axis_shifted
 
 

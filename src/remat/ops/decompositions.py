@@ -20,7 +20,8 @@ from remat.ops.elementwise import broadcast_shapes, unbroadcast, where
 from remat.ops.linalg import _matmul
 from remat.ops.reduce import sum
 from remat.ops.shape import broadcast_to, concat, expand_dims, matrix_transpose, slice_axis
-from remat.trace import Tensor, bind
+from remat.tensor import Tensor
+from remat.trace import bind
 
 # ---------------------------------------------------------------- shape rules
 

@@ -15,7 +15,8 @@ from remat import dtypes
 from remat.core import NOT_DIFFERENTIABLE, declare
 from remat.errors import ArgumentValueError
 from remat.ops.elementwise import _binary_jvp, _binary_rule, _ub, promote
-from remat.trace import Tensor, bind
+from remat.tensor import Tensor
+from remat.trace import bind
 
 # The quotient is piecewise constant: no gradient (JAX's is zero too).
 _floor_divide = declare("floor_divide", _binary_rule("numeric"), NOT_DIFFERENTIABLE)

@@ -17,7 +17,7 @@ from remat.ops.elementwise import promote
 from remat.ops.linalg import matmul
 from remat.ops.reduce import sum as reduce_sum
 from remat.ops.shape import permute_dims, reshape, slice_axis
-from remat.trace import Tensor
+from remat.tensor import Tensor
 
 _ELLIPSIS = "..."
 

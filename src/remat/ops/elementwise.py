@@ -15,7 +15,8 @@ from remat.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.errors import ArgumentTypeError, DTypeError, ShapeError
 from remat.ops import reduce as _reduce  # modules, not names: an import cycle (ops/__init__.py)
 from remat.ops import shape as _shape
-from remat.trace import Tensor, asarray, bind, is_weak
+from remat.tensor import Tensor, is_weak
+from remat.trace import asarray, bind
 
 # ---------------------------------------------------------------- shape/dtype rules
 

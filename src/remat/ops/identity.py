@@ -5,7 +5,8 @@ from __future__ import annotations
 from remat import tree
 from remat.core import NOT_DIFFERENTIABLE, BlockJVP, declare
 from remat.errors import ArgumentTypeError
-from remat.trace import Tensor, asarray, bind
+from remat.tensor import Tensor
+from remat.trace import asarray, bind
 
 _stop_gradient = declare("stop_gradient", lambda x: x, NOT_DIFFERENTIABLE)
 

@@ -30,7 +30,8 @@ from remat.ops.axes import axis_index, static_int
 from remat.ops.creation import zeros
 from remat.ops.elementwise import clip, where
 from remat.ops.shape import flip, permute_dims, reshape, slice
-from remat.trace import Tensor, asarray, bind, is_device_array
+from remat.tensor import Tensor, is_device_array
+from remat.trace import asarray, bind
 from remat.vaxes import lay_out, sizes, wrap
 
 

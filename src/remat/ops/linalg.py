@@ -10,7 +10,8 @@ from remat.errors import ArgumentValueError, DTypeError, ShapeError
 from remat.ops.axes import axis_index, listed, static_int
 from remat.ops.elementwise import broadcast_shapes, promote, unbroadcast
 from remat.ops.shape import expand_dims, matrix_transpose, permute_dims, reshape, squeeze
-from remat.trace import Tensor, bind
+from remat.tensor import Tensor
+from remat.trace import bind
 
 
 def _matmul_rule(a: Aval, b: Aval) -> Aval:

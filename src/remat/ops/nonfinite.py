@@ -11,7 +11,8 @@ from remat import dtypes, values
 from remat.ops.creation import full_like
 from remat.ops.elementwise import abs, broadcast_shapes_for, promote, where
 from remat.ops.reduce import sum
-from remat.trace import Tensor, asarray
+from remat.tensor import Tensor
+from remat.trace import asarray
 
 
 def isnan(x) -> Tensor:

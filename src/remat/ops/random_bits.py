@@ -17,7 +17,8 @@ from remat import dtypes
 from remat.core import NOT_DIFFERENTIABLE, Aval, declare
 from remat.errors import DTypeError, ShapeError
 from remat.ops.elementwise import broadcast_shapes
-from remat.trace import Tensor, bind
+from remat.tensor import Tensor
+from remat.trace import bind
 from remat.vaxes import lay_out, single, wrap
 
 _COUNTER_BITS = 32  # one counter word numbers the draws

@@ -15,7 +15,8 @@ from remat.ops import creation as _creation  # modules, not names: an import cyc
 from remat.ops import elementwise as _elementwise
 from remat.ops import shape as _shape
 from remat.ops.axes import axis_index, listed, normalize_axes
-from remat.trace import Tensor, asarray, bind, linear_jvp
+from remat.tensor import Tensor
+from remat.trace import asarray, bind, linear_jvp
 from remat.vaxes import axes_shifted, axis_shifted
 
 

@@ -12,7 +12,8 @@ from remat.core import NOT_DIFFERENTIABLE, declare
 from remat.errors import ArgumentValueError, DTypeError
 from remat.ops.axes import static_int
 from remat.ops.elementwise import _float_unary, where
-from remat.trace import Tensor, asarray, bind
+from remat.tensor import Tensor
+from remat.trace import asarray, bind
 
 # Piecewise constant: zero gradient (JAX's jvp of floor, ceil and round is zero).
 _floor = declare("floor", _float_unary, NOT_DIFFERENTIABLE)

@@ -21,7 +21,8 @@ from remat.ops.axes import (
     shape_tuple,
     static_int,
 )
-from remat.trace import Tensor, asarray, bind, linear_jvp
+from remat.tensor import Tensor
+from remat.trace import asarray, bind, linear_jvp
 from remat.vaxes import axes_shifted, lay_out, single, sizes, wrap
 
 # ---------------------------------------------------------------- rules

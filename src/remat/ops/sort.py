@@ -19,7 +19,8 @@ from remat.ops.axes import axis_index
 from remat.ops.creation import zeros
 from remat.ops.indexing import _index_add, _take
 from remat.ops.shape import flip, permute_dims, reshape
-from remat.trace import Tensor, asarray, bind
+from remat.tensor import Tensor
+from remat.trace import asarray, bind
 from remat.vaxes import axis_shifted
 
 

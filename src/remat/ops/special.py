@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from remat.ops.elementwise import exp, log, sqrt, where
-from remat.trace import Tensor
+from remat.tensor import Tensor
 
 
 def erfc_nonneg(z: Tensor) -> Tensor:

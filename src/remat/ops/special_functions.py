@@ -15,7 +15,8 @@ from remat.core import Aval, declare
 from remat.errors import ArgumentValueError
 from remat.ops.axes import static_int
 from remat.ops.elementwise import _float_unary, _to_float, _unary_jvp, exp
-from remat.trace import Tensor, bind
+from remat.tensor import Tensor
+from remat.trace import bind
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 

@@ -12,7 +12,8 @@ from remat.ops.axes import normalize_axes, static_int
 from remat.ops.elementwise import promote, sqrt
 from remat.ops.reduce import mean, sum
 from remat.ops.shape import broadcast_to, reshape
-from remat.trace import Tensor, asarray
+from remat.tensor import Tensor
+from remat.trace import asarray
 
 
 def var(x, axis=None, ddof: int = 0, keepdims: bool = False) -> Tensor:

@@ -38,7 +38,7 @@ from remat.ops.rounding import round
 from remat.ops.shape import matrix_transpose, reshape, squeeze, transpose
 from remat.ops.sort import argsort, sort
 from remat.ops.statistics import std, var
-from remat.trace import Tensor
+from remat.tensor import Tensor
 
 
 class _TensorMethods:

@@ -31,7 +31,8 @@ from remat.ops.elementwise import (
     sqrt,
     where,
 )
-from remat.trace import Tensor, bind
+from remat.tensor import Tensor
+from remat.trace import bind
 
 
 def _d_atan2_y(t, y, x, out):

@@ -32,7 +32,8 @@ from remat.ops.elementwise import broadcast_shapes, clip, maximum, minimum, wher
 from remat.ops.indexing import _expand_ellipsis, _is_int, getitem, index_add, take
 from remat.ops.shape import broadcast_to, concat, reshape, slice_axis
 from remat.ops.sort import argsort
-from remat.trace import Tensor, asarray, is_device_array
+from remat.tensor import Tensor, is_device_array
+from remat.trace import asarray
 
 
 class IndexUpdater:

@@ -48,7 +48,8 @@ from remat.planner.cost import Weights, current_weights
 from remat.planner.peak import ALL, Step, base_bytes, total_peak, traced_step
 from remat.planner.plan import Block, Plan
 from remat.planner.stages import Stage, merged, stages
-from remat.trace import Tensor, new_trace
+from remat.tensor import Tensor
+from remat.trace import new_trace
 
 UNITS = 256  # memory levels of the DP table: finer costs time (O(L³ UNITS)), coarser wastes budget
 # The tables' cells (ranges [a, b) × memory levels) at most: a long chain gets fewer levels and

@@ -40,7 +40,8 @@ from remat.autodiff import _replay, backward_pass
 from remat.graph import Graph, Var
 from remat.planner.plan import NO_PLAN, Plan, apply
 from remat.planner.target import Target
-from remat.trace import Tensor, new_trace
+from remat.tensor import Tensor
+from remat.trace import new_trace
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from remat.checkpoint_derived import gradient_view
 from remat.core import OPS
 from remat.errors import source_of
 from remat.graph import Graph, Var
-from remat.trace import Tensor, bind, current_trace, new_trace, trace_function
+from remat.tensor import Tensor
+from remat.trace import bind, current_trace, new_trace, trace_function
 
 
 @dataclass(frozen=True)
