@@ -4,7 +4,7 @@ Each layer's weights are a slice of `W` cutting one axis (the layers') and keepi
 whole. Passes that make the idiom as cheap as a list of weights find these slices here: the XLA
 backend reads one-element slices at run-time offsets (backends/xla_offsets.py) or slices the
 arguments on the host (backends/host_slices.py), a checkpoint block takes the slices of what it
-captures outside itself (checkpoint.py), and the backward pass lays the slices' cotangents side
+captures outside itself (checkpoint/block.py), and the backward pass lays the slices' cotangents side
 by side (accumulate.py).
 """
 

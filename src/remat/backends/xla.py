@@ -1,6 +1,6 @@
 """The XLA backend: a Graph lowered op by op to `jax.lax` and run as one executable.
 
-A checkpoint's gradient is a backward block behind an optimization barrier (remat/checkpoint.py).
+A checkpoint's gradient is a backward block behind an optimization barrier (remat/checkpoint/block.py).
 Accelerators honour the barrier, and the block is inlined. XLA:CPU drops barriers, and then
 schedules the recomputation with the forward pass and keeps every activation alive
 (`jax.checkpoint` saves nothing there). But XLA scopes the buffers made inside a conditional's

@@ -59,7 +59,7 @@ def _while_vjp(gs, *inputs, out, cond, body, num_carry):
     # The ones the gradient does use die when they run, on the while loop's own line.
     floats = [i for i, x in enumerate(inputs) if dtypes.is_float(x.dtype)]
     # It reads the cotangents too: what reads only primal values, a checkpoint's policy may
-    # compute in the forward pass (checkpoint_derived.py), and this one must not run there.
+    # compute in the forward pass (checkpoint/derived.py), and this one must not run there.
     given = [g for g in gs if g is not None]
     cts = bind(_refused, *[inputs[i] for i in floats], *given, source=user_source(), outputs=len(floats))
     result: list[Tensor | None] = [None] * len(inputs)

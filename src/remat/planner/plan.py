@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from remat.checkpoint import _checkpoint, _walk
-from remat.checkpoint_derived import gradient_view
+from remat.checkpoint.block import _checkpoint, _walk
+from remat.checkpoint.derived import gradient_view
 from remat.core import OPS
 from remat.errors import source_of
 from remat.graph import Graph, Var

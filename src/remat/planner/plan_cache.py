@@ -91,6 +91,6 @@ def _code_digest() -> str:
         version = "unknown"
     root = Path(__file__).parent.parent  # remat/
     h = hashlib.sha256(version.encode())
-    for path in sorted([*root.glob("planner/*.py"), root / "graph.py", root / "checkpoint.py"]):
+    for path in sorted([*root.glob("planner/*.py"), root / "graph.py", *root.glob("checkpoint/*.py")]):
         h.update(path.read_bytes())
     return h.hexdigest()

@@ -23,12 +23,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from remat import argcheck, checkpoint_cache, policies, tree
-from remat import checkpoint_derived as derived
+from remat import argcheck, policies, tree
 from remat.autodiff import backward_pass, replay_known
 from remat.backends import lowerings
 from remat.backends import numpy as evaluator
 from remat.budget import misplaced
+from remat.checkpoint import cache as checkpoint_cache
+from remat.checkpoint import derived
 from remat.core import OPS, Aval, BlockJVP, declare
 from remat.custom_vjp import named_outputs
 from remat.errors import ArgumentTypeError, ArgumentValueError, at_source, callable_name, user_source
