@@ -1,6 +1,6 @@
 """The XLA lowerings blocks give the XLA backend, by the name of the function that lowers each:
 the table imports no JAX, so a block's module registers here when `import remat` loads it, and
-the function is imported the first time XLA lowers one (`backends/xla.py`).
+the function is imported the first time XLA lowers one (`backends/xla_ops.py`).
 
 >>> sorted(op for op in REGISTERED if op in ("scan", "checkpoint"))
 ['checkpoint', 'scan']

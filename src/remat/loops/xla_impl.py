@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from remat.backends.xla import evaluate
+from remat.backends.xla_ops import evaluate
 from remat.graph import Graph
 from remat.loops import revolve
 from remat.loops.while_loop import refuse
