@@ -5,7 +5,7 @@ Backends never compute shapes: they look the op up by name in their own table.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -62,7 +62,7 @@ class Op:
     order; None for an op `vmap` cannot take."""
 
     def __init__(self, name: str, rule: Callable, vjp: Callable | Any, multiple_results: bool,
-                 jvp: Callable | BlockJVP | None, batch: Callable | None):
+                 jvp: Callable | BlockJVP | None, batch: Callable | None, traits: Iterable[str] = ()):
         self.name = name
         self.rule = rule
         self.vjp = vjp
@@ -88,9 +88,12 @@ class Op:
         # `linearize(node, input Tensors) -> output Tensors` rather than binding it; custom_vjp
         # sets it (its fwd as plain code, which can be differentiated again).
         self.linearize: Callable | None = None
-        # What the memory model and the planner read of a block: "inline", its body runs once,
-        # where it stands, node by node (checkpoint, custom_vjp).
-        self.traits: frozenset[str] = frozenset()
+        # Facts the planner, the policies and the memory model read, by name: "inline", a block
+        # whose body runs once, where it stands (checkpoint, custom_vjp); "dot", a matrix product;
+        # "layout", an op that computes no value, only moves, casts or relabels its operands'
+        # elements ("copies" when it writes them into a new buffer: pad, concat, take, index_add);
+        # "reduction", an op that folds an axis; "transcendental", exp, log, tanh and their kin.
+        self.traits = frozenset(traits)
         # A block a checkpoint's policy reaches into, as in JAX (loops/policy_reach.py):
         # `under_policy(node, policy) -> node`, the node rewritten to output, after its own
         # outputs, the values its gradient reads that the policy saves inside it (or as it is).
@@ -147,12 +150,13 @@ def elementwise(op: Op, tensors: list, params: dict, names: tuple):
 
 
 def declare(name: str, rule: Callable, vjp: Callable | Any, multiple_results: bool = False,
-            jvp: Callable | BlockJVP | None = None, batch: Callable | None = elementwise) -> Op:
+            jvp: Callable | BlockJVP | None = None, batch: Callable | None = elementwise,
+            traits: Iterable[str] = ()) -> Op:
     """Register a primitive. Every primitive of remat is declared through this one function.
     `batch` defaults to `elementwise`, the rule of an op whose operands broadcast together with
-    the vectorized axes leading; None refuses `vmap`."""
+    the vectorized axes leading; None refuses `vmap`. `traits`: see `Op.traits`."""
     if name in OPS:
         raise ValueError(f"op {name!r} is declared twice")
-    op = Op(name, rule, vjp, multiple_results, jvp, batch)
+    op = Op(name, rule, vjp, multiple_results, jvp, batch, traits)
     OPS[name] = op
     return op

@@ -20,9 +20,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from remat.core import OPS
 from remat.errors import ArgumentTypeError, ArgumentValueError
-
-_DOTS = frozenset({"matmul"})  # tensordot is composed from matmul, so its product is one too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +61,7 @@ class DotsSaveable(_Named):
     name = "dots_saveable"
 
     def __call__(self, op, inputs, outputs, params) -> bool:
-        return op in _DOTS
+        return _is_dot(op)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -74,7 +73,7 @@ class DotsWithNoBatchDimsSaveable(_Named):
 
     def __call__(self, op, inputs, outputs, params) -> bool:
         # JAX's dot_general has batch dimensions when both operands carry leading axes.
-        return op in _DOTS and min(len(v.shape) for v in inputs) <= 2
+        return _is_dot(op) and min(len(v.shape) for v in inputs) <= 2
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -133,6 +132,12 @@ nothing_saveable = NothingSaveable()
 everything_saveable = EverythingSaveable()
 dots_saveable = DotsSaveable()
 dots_with_no_batch_dims_saveable = DotsWithNoBatchDimsSaveable()
+
+
+def _is_dot(op: str) -> bool:
+    """A matrix product (`Op.traits`): tensordot and einsum are composed from matmul, so theirs are too."""
+    found = OPS.get(op)
+    return found is not None and "dot" in found.traits
 
 
 class UnusedNameWarning(UserWarning):

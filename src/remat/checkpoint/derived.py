@@ -23,12 +23,9 @@ import numpy as np
 
 from remat import dtypes
 from remat.autodiff import backward_pass, replay
-from remat.core import pruned
+from remat.core import OPS, pruned
 from remat.graph import Graph, Node, Var, needed
 from remat.trace import new_trace
-
-_LAYOUT = frozenset({"permute_dims", "reshape", "broadcast_to", "slice", "pad", "flip", "concat", "take",
-                     "convert", "stop_gradient", "barrier", "checkpoint_name", "index_add"})
 
 
 class GradientView(NamedTuple):
@@ -71,7 +68,7 @@ def gradient_view(body: Graph) -> GradientView:
     primal = set(body_of) | set(constants)  # values a derivable node may read
     derivable, rest = [], []
     for n in nodes[start:]:
-        ok = n.op not in _LAYOUT and not n.subgraphs() and all(v in primal for v in n.inputs)
+        ok = "layout" not in OPS[n.op].traits and not n.subgraphs() and all(v in primal for v in n.inputs)
         if ok and not all(v in constants for v in n.inputs):
             derivable.append(n)
             primal.update(n.outputs)

@@ -90,8 +90,10 @@ def _cumprod_jvp(ts, x, out, *, axis, reverse):
     return _forward(_cumprod_tangent, x, axis, reverse, ts[0])
 
 
-_cumsum = declare("cumsum", _cumulative_rule, _cumsum_vjp, jvp=linear_jvp("cumsum"), batch=axis_shifted)
-_cumprod = declare("cumprod", _cumulative_rule, _cumprod_vjp, jvp=_cumprod_jvp, batch=axis_shifted)
+_cumsum = declare("cumsum", _cumulative_rule, _cumsum_vjp, jvp=linear_jvp("cumsum"), batch=axis_shifted,
+                  traits={"reduction"})
+_cumprod = declare("cumprod", _cumulative_rule, _cumprod_vjp, jvp=_cumprod_jvp, batch=axis_shifted,
+                   traits={"reduction"})
 
 
 # ---------------------------------------------------------------- front end

@@ -155,19 +155,19 @@ _abs = declare("abs", _same_unary, lambda g, x, out: (where(x >= 0, g, -g),),
                jvp=_unary_jvp(lambda t, x, out: where(x >= 0, t, -t)))
 _sign = declare("sign", _numeric_unary, NOT_DIFFERENTIABLE)  # zero almost everywhere
 _exp = declare("exp", _float_unary, lambda g, x, out: (g * out,),  # d e^x = e^x dx
-               jvp=_unary_jvp(lambda t, x, out: t * out))
+               jvp=_unary_jvp(lambda t, x, out: t * out), traits={"transcendental"})
 _log = declare("log", _float_unary, lambda g, x, out: (g / x,),  # d log x = dx / x
-               jvp=_unary_jvp(lambda t, x, out: t / x))
+               jvp=_unary_jvp(lambda t, x, out: t / x), traits={"transcendental"})
 _log1p = declare("log1p", _float_unary, lambda g, x, out: (g / (1.0 + x),),  # dx / (1 + x)
-                 jvp=_unary_jvp(lambda t, x, out: t / (1.0 + x)))
+                 jvp=_unary_jvp(lambda t, x, out: t / (1.0 + x)), traits={"transcendental"})
 _sqrt = declare("sqrt", _float_unary, lambda g, x, out: (g * 0.5 / out,),  # dx / (2 sqrt x)
-                jvp=_unary_jvp(lambda t, x, out: t * 0.5 / out))
+                jvp=_unary_jvp(lambda t, x, out: t * 0.5 / out), traits={"transcendental"})
 _sin = declare("sin", _float_unary, lambda g, x, out: (g * cos(x),),  # d sin x = cos x dx
-               jvp=_unary_jvp(lambda t, x, out: t * cos(x)))
+               jvp=_unary_jvp(lambda t, x, out: t * cos(x)), traits={"transcendental"})
 _cos = declare("cos", _float_unary, lambda g, x, out: (-g * sin(x),),  # d cos x = -sin x dx
-               jvp=_unary_jvp(lambda t, x, out: -t * sin(x)))
+               jvp=_unary_jvp(lambda t, x, out: -t * sin(x)), traits={"transcendental"})
 _tanh = declare("tanh", _float_unary, lambda g, x, out: (g * (1.0 - out * out),),  # (1 - tanh²) dx
-                jvp=_unary_jvp(lambda t, x, out: t * (1.0 - out * out)))
+                jvp=_unary_jvp(lambda t, x, out: t * (1.0 - out * out)), traits={"transcendental"})
 _not = declare("logical_not", _bool_unary, NOT_DIFFERENTIABLE)
 
 _add = declare("add", _binary_rule("same"), _ub(lambda g, x, y, out: (g, g)), jvp=_binary_jvp(_first, _first))
@@ -191,7 +191,8 @@ def _pow_vjp(g, x, y, out):
 
 _pow = declare("pow", _binary_rule("float"), _ub(_pow_vjp), jvp=_binary_jvp(
     lambda t, x, y, out: t * y * pow(x, y - 1.0),
-    lambda t, x, y, out: where(x > 0, t * out * log(where(x > 0, x, 1.0)), 0.0)))  # as the VJP
+    lambda t, x, y, out: where(x > 0, t * out * log(where(x > 0, x, 1.0)), 0.0)),  # as the VJP
+               traits={"transcendental"})
 
 
 def _max_min_vjp(pick):
@@ -246,7 +247,8 @@ def _convert_vjp(g, x, out, *, dtype):
 
 
 _convert = declare("convert", _convert_rule, _convert_vjp,  # linear: the tangent is cast too
-                   jvp=lambda ts, x, out, *, dtype: ts[0].astype(dtype) if dtypes.is_float(dtype) else None)
+                   jvp=lambda ts, x, out, *, dtype: ts[0].astype(dtype) if dtypes.is_float(dtype) else None,
+                   traits={"layout"})
 
 
 # ---------------------------------------------------------------- front end

@@ -8,7 +8,7 @@ from remat.errors import ArgumentTypeError
 from remat.tensor import Tensor
 from remat.trace import asarray, bind
 
-_stop_gradient = declare("stop_gradient", lambda x: x, NOT_DIFFERENTIABLE)
+_stop_gradient = declare("stop_gradient", lambda x: x, NOT_DIFFERENTIABLE, traits={"layout"})
 
 # Outputs equal inputs. In a gradient graph it ties the recomputation of a checkpoint to the
 # incoming cotangent so that no scheduler can run it early or merge it with the forward pass.
@@ -34,10 +34,10 @@ def _barrier_batch(op, tensors, params, names):
 
 
 _barrier = declare("barrier", lambda *xs: xs, _barrier_vjp, multiple_results=True, jvp=BlockJVP(_barrier_jvp),
-                   batch=_barrier_batch)
+                   batch=_barrier_batch, traits={"layout"})
 
 _name = declare("checkpoint_name", lambda x, *, name: x, lambda g, x, out, name: (g,),
-                jvp=lambda ts, x, out, name: ts[0])
+                jvp=lambda ts, x, out, name: ts[0], traits={"layout"})
 
 
 def stop_gradient(x) -> Tensor:

@@ -122,8 +122,9 @@ def _index_add_batch(op, tensors, params, names):
 # Gathering is linear in x: the tangent is gathered from the same places.
 _take = declare("take", _take_rule, _take_vjp,
                 jvp=lambda ts, x, idx, out, *, axis: None if ts[0] is None else bind(_take, ts[0], idx, axis=axis),
-                batch=_take_batch)
-_index_add = declare("index_add", _index_add_rule, _index_add_vjp, jvp=_index_add_jvp, batch=_index_add_batch)
+                batch=_take_batch, traits={"layout", "copies"})
+_index_add = declare("index_add", _index_add_rule, _index_add_vjp, jvp=_index_add_jvp, batch=_index_add_batch,
+                     traits={"layout", "copies"})
 
 
 def take(x, indices, axis: int | None = None) -> Tensor:

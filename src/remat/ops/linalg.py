@@ -40,7 +40,7 @@ def _matmul_jvp(ts, a, b, out):
 
 
 # Under vmap the vectorized axes lead the batch axes, which broadcast: the elementwise rule.
-_matmul = declare("matmul", _matmul_rule, _matmul_vjp, jvp=_matmul_jvp, batch=elementwise)
+_matmul = declare("matmul", _matmul_rule, _matmul_vjp, jvp=_matmul_jvp, batch=elementwise, traits={"dot"})
 
 
 def matmul(a, b) -> Tensor:

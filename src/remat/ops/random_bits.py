@@ -70,7 +70,7 @@ _uniform = declare("random_uniform", _draw_rule(_COUNTER_BITS), NOT_DIFFERENTIAB
 # Standard normals of shape `key.shape[:-1] + shape`: Box–Muller on the uniforms' integers of
 # shape (2,) + shape, in exact integer arithmetic, so that both backends give the same bits.
 _normal = declare("random_normal", _draw_rule(_COUNTER_BITS - 1), NOT_DIFFERENTIABLE,  # two words a number
-                  batch=_draw_batch)
+                  batch=_draw_batch, traits={"transcendental"})
 
 # New keys `[broadcast(key.shape[:-1], data.shape), 2]`, one per data entry.
 _fold_in = declare("random_fold_in", _fold_in_rule, NOT_DIFFERENTIABLE, batch=_fold_in_batch)

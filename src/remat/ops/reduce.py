@@ -79,12 +79,14 @@ def _weighted_jvp(vjp):
     return jvp
 
 
-_sum = declare("sum", _reduce_rule, _sum_vjp, jvp=linear_jvp("sum"), batch=axes_shifted)
-_prod = declare("prod", _reduce_rule, _prod_vjp, jvp=_weighted_jvp(_prod_vjp), batch=axes_shifted)
-_max = declare("max", _reduce_rule, _extremum_vjp, jvp=_weighted_jvp(_extremum_vjp), batch=axes_shifted)
-_min = declare("min", _reduce_rule, _extremum_vjp, jvp=_weighted_jvp(_extremum_vjp), batch=axes_shifted)
-_argmax = declare("argmax", _arg_rule, NOT_DIFFERENTIABLE, batch=axis_shifted)
-_argmin = declare("argmin", _arg_rule, NOT_DIFFERENTIABLE, batch=axis_shifted)
+_sum = declare("sum", _reduce_rule, _sum_vjp, jvp=linear_jvp("sum"), batch=axes_shifted, traits={"reduction"})
+_prod = declare("prod", _reduce_rule, _prod_vjp, jvp=_weighted_jvp(_prod_vjp), batch=axes_shifted, traits={"reduction"})
+_max = declare("max", _reduce_rule, _extremum_vjp, jvp=_weighted_jvp(_extremum_vjp), batch=axes_shifted,
+               traits={"reduction"})
+_min = declare("min", _reduce_rule, _extremum_vjp, jvp=_weighted_jvp(_extremum_vjp), batch=axes_shifted,
+               traits={"reduction"})
+_argmax = declare("argmax", _arg_rule, NOT_DIFFERENTIABLE, batch=axis_shifted, traits={"reduction"})
+_argmin = declare("argmin", _arg_rule, NOT_DIFFERENTIABLE, batch=axis_shifted, traits={"reduction"})
 
 
 def _reduction(op, x, axis, keepdims) -> Tensor:

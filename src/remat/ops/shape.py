@@ -154,21 +154,23 @@ def _concat_batch(op, tensors, params, names):
 
 # Every op here only moves elements, so its JVP is the op applied to the tangent.
 _reshape = declare("reshape", _reshape_rule, lambda g, x, out, shape: (reshape(g, x.shape),),
-                   jvp=linear_jvp("reshape"), batch=single(lambda p, names: {"shape": sizes(names) + p["shape"]}))
+                   jvp=linear_jvp("reshape"), batch=single(lambda p, names: {"shape": sizes(names) + p["shape"]}),
+                   traits={"layout"})
 _permute = declare(
     "permute_dims", _permute_rule, lambda g, x, out, axes: (permute_dims(g, _inverse(axes)),),
-    jvp=linear_jvp("permute_dims"), batch=single(_permute_batch),
-)
+    jvp=linear_jvp("permute_dims"), batch=single(_permute_batch), traits={"layout"})
 _broadcast = declare(
     "broadcast_to", _broadcast_rule, lambda g, x, out, shape: (_elementwise.unbroadcast(g, x.shape),),
-    jvp=linear_jvp("broadcast_to"), batch=_broadcast_batch,
-)
-_concat = declare("concat", _concat_rule, _concat_vjp, jvp=_concat_jvp, batch=_concat_batch)
-_slice = declare("slice", _slice_rule, _slice_vjp, jvp=linear_jvp("slice"), batch=single(_slice_batch))
+    jvp=linear_jvp("broadcast_to"), batch=_broadcast_batch, traits={"layout"})
+_concat = declare("concat", _concat_rule, _concat_vjp, jvp=_concat_jvp, batch=_concat_batch,
+                  traits={"layout", "copies"})
+_slice = declare("slice", _slice_rule, _slice_vjp, jvp=linear_jvp("slice"), batch=single(_slice_batch),
+                 traits={"layout"})
 _pad = declare("pad", _pad_rule, _pad_vjp, jvp=linear_jvp("pad"),
-               batch=single(lambda p, names: {k: (0,) * len(names) + v for k, v in p.items()}))
+               batch=single(lambda p, names: {k: (0,) * len(names) + v for k, v in p.items()}),
+               traits={"layout", "copies"})
 _flip = declare("flip", _flip_rule, lambda g, x, out, axes: (flip(g, axes),),  # its own transpose
-                jvp=linear_jvp("flip"), batch=axes_shifted)
+                jvp=linear_jvp("flip"), batch=axes_shifted, traits={"layout"})
 
 # ---------------------------------------------------------------- front end
 

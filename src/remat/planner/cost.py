@@ -42,11 +42,6 @@ from remat.core import OPS
 from remat.graph import Graph, Node
 from remat.planner.target import current
 
-_FREE = frozenset({"reshape", "permute_dims", "broadcast_to", "slice", "flip", "stop_gradient",
-                   "checkpoint_name", "barrier", "convert"})
-_REDUCED = frozenset({"sum", "prod", "max", "min", "argmax", "argmin", "cumsum", "cumprod"})
-_MOVED = frozenset({"take", "index_add", "pad", "concat"})
-_HEAVY = frozenset({"exp", "log", "log1p", "tanh", "sin", "cos", "sqrt", "pow", "random_normal"})
 _TRANSCENDENTAL = 4.0  # FLOPs of exp, log, tanh, ...: a few multiply-adds each, as XLA's cost model weighs them
 
 
@@ -92,19 +87,20 @@ def node_cost(node: Node, weights: Weights | None = None) -> float:
 
 def _work(node: Node, w: Weights) -> float:
     op = node.op
-    if op in _FREE:
+    traits = OPS[op].traits
+    if "layout" in traits and "copies" not in traits:  # a view, a cast or a relabelling: no work
         return 0.0
-    if op == "matmul":
+    if "dot" in traits:
         a, b = node.inputs
         count = 2.0 * _size(node.outputs[0].shape) * (a.shape[-1] if a.ndim else 1)
         return count * (w.batched_flop if max(a.ndim, b.ndim) > 2 else w.flop)
-    if op in _REDUCED:
+    if "reduction" in traits:
         return w.reduced * sum(_size(v.shape) for v in node.inputs)
     if op == "sort":
         n = _size(node.inputs[0].shape)
         return w.moved * n * max(1.0, math.log2(max(node.inputs[0].shape[node.params.get("axis", -1)], 2)))
     out = float(sum(_size(v.shape) for v in node.outputs))
-    return out * (w.moved if op in _MOVED else w.transcendental if op in _HEAVY else w.element)
+    return out * (w.moved if "copies" in traits else w.transcendental if "transcendental" in traits else w.element)
 
 
 def current_weights() -> Weights:

@@ -70,6 +70,7 @@ from scipy import optimize, sparse
 
 from remat import dtypes
 from remat.backends.numpy import IDENTITIES, VIEWS  # the evaluator's aliasing
+from remat.core import OPS
 from remat.graph import Graph, Node, Var
 from remat.planner.cost import node_cost
 from remat.planner.peak import ALL, Step, total_peak, traced_step
@@ -79,7 +80,6 @@ from remat.planner.sqrt import segment_plans
 from remat.planner.stages import Stage, merged, stages
 from remat.timeline import inline
 
-_DOTS = frozenset({"matmul"})  # einsum and tensordot are composed from matmul
 _MIB = float(2**20)  # the program counts MiB: HiGHS is happier with coefficients near 1
 _GAP = 1e-3  # relative MIP gap: closing the last 0.1% of recomputation is not worth the time
 RUNS = 3  # HiGHS runs per plan_milp, each with another guess at the transient T
@@ -253,7 +253,7 @@ def _buffers(graph: Graph, chain: list[Stage]) -> _Buffers:
     used = {v for n in graph.nodes for v in n.inputs} | set(graph.outputs)
     for i, node in enumerate(graph.nodes):
         s = stage_of[i]
-        dot = node.op in _DOTS
+        dot = "dot" in OPS[node.op].traits  # einsum and tensordot are composed from matmul
         for v in node.outputs:
             if root.get(v) is v:
                 bufs[v] = _Buffer(v.nbytes, s, dot=i if dot else None, cost=node_cost(node) if dot else 0.0)
