@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+from remat.core import OPS
 from remat.graph import Graph
 from remat.planner.peak import ALL, Step
 from remat.planner.plan import Block, Plan
@@ -56,7 +57,7 @@ def segment_plans(graph: Graph, step: Step = ALL) -> list[Plan]:
     n = len(_weighty(chain))
     counts = sorted({max(1, round(n / size)) for size in (n, 8, 6, 4, 3, 2, 1)} | {round(math.sqrt(n))})
     per_stage = [Block(s.start, s.stop) for s in chain[:-1]]
-    dots = tuple(Block(b.start, b.stop, save=frozenset(i for i in b.nodes() if graph.nodes[i].op == "matmul"))
+    dots = tuple(Block(b.start, b.stop, save=frozenset(i for i in b.nodes() if "dot" in OPS[graph.nodes[i].op].traits))
                  for b in per_stage)
     plans = [Plan(dots, "sqrt")] if any(b.save for b in dots) else []
     return plans + [Plan(_blocks(chain, c), "sqrt") for c in counts if c > 1] + [Plan(tuple(per_stage), "sqrt")]
