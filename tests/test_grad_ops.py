@@ -825,3 +825,15 @@ def test_long_chain_differentiates_without_recursion_error():
     for i in range(1000):  # the chain rule by hand: d x_{i+1} / d x_i = cos(x_i) / 2
         expected, x = expected * np.cos(x) * 0.5, np.sin(x) * 0.5 + 0.1 * i / 1000
     np.testing.assert_allclose(g, expected, rtol=1e-10)
+
+
+def test_an_op_declared_without_rules_names_itself_in_reverse_and_forward_mode():
+    from remat.core import Aval, declare
+    from remat.trace import bind
+
+    op = declare("test_grad_ops_ruleless", lambda x: Aval(x.shape, x.dtype), None)
+    x = rm.ones((3,))
+    with pytest.raises(TypeError, match=r"^grad: the op test_grad_ops_ruleless has no VJP rule"):
+        rm.grad(lambda x: rm.sum(bind(op, x)))(x)
+    with pytest.raises(TypeError, match=r"^jvp: the op test_grad_ops_ruleless has no JVP rule"):
+        rm.jvp(lambda x: bind(op, x), (x,), (x,))

@@ -144,6 +144,7 @@ def test_an_op_without_a_batch_rule_names_itself_under_vmap():
                                              "operands vectorized over 'vmap"):
         rm.vmap(lambda x: bind(op, x))(rm.ones((3, 2)))
 
+
 def test_vectorized_constant_built_inside_a_traced_function(rng):
     table = arr(rng, 3, 2)
 

@@ -104,6 +104,8 @@ def backward_pass(graph: Graph, env: dict[Var, Tensor], out_cts) -> list[Tensor 
         op = OPS[node.op]
         if all(g is None for g in gs) or not op.differentiable or cts.defer_slice(node, gs[0]):
             continue
+        if op.vjp is None:
+            raise TypeError(f"grad: the op {op.name} has no VJP rule (reverse mode cannot differentiate it)")
         ins = [env[v] for v in node.inputs]
         outs = [env[v] for v in node.outputs]
         with source_of(node.source):
