@@ -171,7 +171,6 @@ class _TensorMethods:
         return diagonal(self, offset, axis1, axis2)
 
 
-
 def _varargs(args: tuple):
     """A method's `*args` as NumPy reads them: `f(2, 3)` and `f((2, 3))` are the same call."""
     return args[0] if len(args) == 1 and not isinstance(args[0], (int, np.integer)) else args
