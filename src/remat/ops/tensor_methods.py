@@ -1,6 +1,6 @@
 """Tensor's operators (`+`, `==`, `x[i]`, ...) and NumPy's array methods (`x.T`, `x.sum()`,
 ...), each the op function of the same meaning. They are installed on `Tensor` here, beside the
-op functions, so that the IR core (remat/trace.py, where `Tensor` is defined) imports no op."""
+op functions, so that the IR core (remat/tensor.py, where `Tensor` is defined) imports no op."""
 
 from __future__ import annotations
 
