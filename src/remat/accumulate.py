@@ -9,7 +9,7 @@ same single axis with step 1 are summed where they read the same range and laid 
 with one `concat` (zeros in the gaps, one `pad` for the ends), which is the same gradient
 written once into one buffer. Others (strided, cutting several axes, overlapping ranges) get
 their usual VJP. A checkpoint body's slice of a captured tensor is taken outside the body
-(trace.py), so the slices of every layer meet here whether checkpointed or not.
+(`Op.hoist_slices`, checkpoint/block.py), so the slices of every layer meet here whether checkpointed or not.
 """
 
 from __future__ import annotations
