@@ -34,6 +34,23 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(0)
 
 
+@pytest.fixture
+def declare_op():
+    """`declare` for ops one test makes up, which leave the registry when the test ends: tests that
+    check every declared op (each has a JVP rule, each backend lowers it) must not meet them."""
+    from remat.core import OPS, declare
+
+    made = []
+
+    def declared(name: str, *args, **kwargs):
+        made.append(name)
+        return declare(name, *args, **kwargs)
+
+    yield declared
+    for name in made:
+        OPS.pop(name, None)
+
+
 def run_on(backend: str, fn, *args):
     """`fn(*args)` traced by rm.jit and run on `backend`, as NumPy arrays."""
     out = rm.jit(fn, backend=backend)(*args)

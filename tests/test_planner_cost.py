@@ -119,16 +119,16 @@ def test_the_calibration_script_measures_every_weight():
     assert all(np.isfinite(v) and v >= 0 for v in found.values())  # the figures themselves are timings
 
 
-def test_the_cost_model_and_the_policies_read_what_an_op_declares_of_itself():
+def test_the_cost_model_and_the_policies_read_what_an_op_declares_of_itself(declare_op):
     """A new op needs no entry in the planner or the policies: its traits say what kind of work it
     is (a view costs nothing, a copy costs the elements it moves, a dot is what dots_saveable keeps)."""
-    from remat.core import NOT_DIFFERENTIABLE, Aval, declare
+    from remat.core import NOT_DIFFERENTIABLE, Aval
     from remat.graph import Node, Var
 
     same = lambda x: Aval(x.shape, x.dtype)  # noqa: E731
     kinds = {"view": {"layout"}, "copy": {"layout", "copies"}, "dot": {"dot"}, "plain": set()}
     for kind, traits in kinds.items():
-        declare(f"test_cost_{kind}", same, NOT_DIFFERENTIABLE, traits=traits)
+        declare_op(f"test_cost_{kind}", same, NOT_DIFFERENTIABLE, traits=traits)
     x = Var((8, 4), np.dtype("float32"))
     weights = dataclasses.replace(cost.FLOPS, element=2.0, moved=3.0)
     node_cost = {kind: cost.node_cost(Node(f"test_cost_{kind}", [x], [Var(x.shape, x.dtype)], {}), weights)

@@ -135,11 +135,11 @@ def test_vectorize_errors():
 
 
 
-def test_an_op_without_a_batch_rule_names_itself_under_vmap():
-    from remat.core import NOT_DIFFERENTIABLE, declare
+def test_an_op_without_a_batch_rule_names_itself_under_vmap(declare_op):
+    from remat.core import NOT_DIFFERENTIABLE
     from remat.trace import bind
 
-    op = declare("test_vectorize_unbatchable", lambda x: x, NOT_DIFFERENTIABLE, batch=None)
+    op = declare_op("test_vectorize_unbatchable", lambda x: x, NOT_DIFFERENTIABLE, batch=None)
     with pytest.raises(rm.TracerError, match="test_vectorize_unbatchable has no batch rule, so it cannot take "
                                              "operands vectorized over 'vmap"):
         rm.vmap(lambda x: bind(op, x))(rm.ones((3, 2)))
