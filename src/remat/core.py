@@ -59,10 +59,11 @@ class Op:
     input (None for a zero one), or is a `BlockJVP`. A differentiable op must have both.
     `batch(op, tensors, params, names)` gives the output(s) of the op on operands some of which
     are vectorized (remat/vaxes.py), `names` the (name, size) of all their vectorized axes, in
-    order; None for an op `vmap` cannot take."""
+    order; `ELEMENTWISE` for an op whose operands broadcast together; None for an op `vmap`
+    cannot take."""
 
     def __init__(self, name: str, rule: Callable, vjp: Callable | Any, multiple_results: bool,
-                 jvp: Callable | BlockJVP | None, batch: Callable | None, traits: Iterable[str] = ()):
+                 jvp: Callable | BlockJVP | None, batch: Callable | Any | None, traits: Iterable[str] = ()):
         self.name = name
         self.rule = rule
         self.vjp = vjp
@@ -130,30 +131,22 @@ def pruned(node: Node, live: set) -> Node:
     return node if prune is None else prune(node, live)
 
 
-# The elementwise batch rule, which binds ops on laid-out operands: remat/vaxes.py installs it
-# when imported (`set_elementwise`), as the NumPy evaluator installs itself in trace.py; this
-# module, below `bind`, imports neither.
-_elementwise: Callable
+class _Elementwise:
+    def __repr__(self) -> str:
+        return "ELEMENTWISE"
 
 
-def set_elementwise(rule: Callable) -> None:
-    """`rule(op, tensors, params, names) -> outputs` is what `elementwise` does."""
-    global _elementwise
-    _elementwise = rule
-
-
-def elementwise(op: Op, tensors: list, params: dict, names: tuple):
-    """The batch rule of an op whose operands broadcast together: the op bound once on its
-    operands laid out with the vectorized axes `names` leading (size 1 where an operand lacks
-    one), the results vectorized over `names`."""
-    return _elementwise(op, tensors, params, names)
+#: The batch rule of an op whose operands broadcast together, `declare`'s default: the op bound
+#: once on its operands laid out with the vectorized axes leading (`vaxes.elementwise`, which
+#: vmap applies; it binds ops, so it sits above this module).
+ELEMENTWISE: Any = _Elementwise()
 
 
 def declare(name: str, rule: Callable, vjp: Callable | Any, multiple_results: bool = False,
-            jvp: Callable | BlockJVP | None = None, batch: Callable | None = elementwise,
+            jvp: Callable | BlockJVP | None = None, batch: Callable | Any | None = ELEMENTWISE,
             traits: Iterable[str] = ()) -> Op:
     """Register a primitive. Every primitive of remat is declared through this one function.
-    `batch` defaults to `elementwise`, the rule of an op whose operands broadcast together with
+    `batch` defaults to `ELEMENTWISE`, the rule of an op whose operands broadcast together with
     the vectorized axes leading; None refuses `vmap`. `traits`: see `Op.traits`."""
     if name in OPS:
         raise ValueError(f"op {name!r} is declared twice")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from remat.core import OPS, set_elementwise
+from remat.core import OPS
 from remat.errors import ShapeError
 from remat.tensor import Tensor
 from remat.trace import bind
@@ -64,12 +64,10 @@ def wrap(out, names: tuple):
 
 
 def elementwise(op, tensors: list[Tensor], params: dict, names: tuple):
-    """The batch rule of an op whose operands broadcast together (`declare`'s default)."""
+    """The batch rule of an op whose operands broadcast together (`core.ELEMENTWISE`, `declare`'s default)."""
     rank = max(t.ndim for t in tensors)
     return wrap(bind(op, *[lay_out(t, names, rank, False) for t in tensors], **params), names)
 
-
-set_elementwise(elementwise)
 
 
 def single(shift: Callable[[dict, tuple], dict]) -> Callable:

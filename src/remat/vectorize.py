@@ -11,11 +11,12 @@ import itertools
 from collections.abc import Callable
 
 from remat import argcheck, trace, tree
+from remat.core import ELEMENTWISE
 from remat.errors import ArgumentTypeError, ArgumentValueError, ShapeError, TracerError
 from remat.ops.shape import permute_dims
 from remat.tensor import Tensor
 from remat.trace import asarray
-from remat.vaxes import align_to, merge
+from remat.vaxes import align_to, elementwise, merge
 
 # ---------------------------------------------------------------- user API
 
@@ -224,7 +225,8 @@ def bind_vectorized(op, tensors: list[Tensor], params: dict):
     if op.batch is None:
         raise TracerError(f"{op.name} has no batch rule, so it cannot take operands vectorized over "
                           f"{', '.join(repr(n) for n, _ in names)} (rm.vmap or rm.vectorize)")
-    return op.batch(op, tensors, params, names)
+    rule = elementwise if op.batch is ELEMENTWISE else op.batch
+    return rule(op, tensors, params, names)
 
 
 trace.set_vectorizer(bind_vectorized)

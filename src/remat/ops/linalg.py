@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from remat import dtypes
-from remat.core import Aval, declare, elementwise
+from remat.core import Aval, declare
 from remat.errors import ArgumentValueError, DTypeError, ShapeError
 from remat.ops.axes import axis_index, listed, static_int
 from remat.ops.elementwise import broadcast_shapes, promote, unbroadcast
@@ -39,8 +39,8 @@ def _matmul_jvp(ts, a, b, out):
     return right if left is None else left if right is None else left + right
 
 
-# Under vmap the vectorized axes lead the batch axes, which broadcast: the elementwise rule.
-_matmul = declare("matmul", _matmul_rule, _matmul_vjp, jvp=_matmul_jvp, batch=elementwise, traits={"dot"})
+# Under vmap the vectorized axes lead the batch axes, which broadcast: the default, elementwise rule.
+_matmul = declare("matmul", _matmul_rule, _matmul_vjp, jvp=_matmul_jvp, traits={"dot"})
 
 
 def matmul(a, b) -> Tensor:
