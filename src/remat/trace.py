@@ -283,11 +283,12 @@ def asarray(x, dtype=None) -> Tensor:
     if isinstance(x, Tensor):
         if dtype is None:
             return x
-        if x.dtype == dtypes.canonical(dtype, "asarray"):
+        target = dtypes.canonical(dtype, "asarray")
+        if x.dtype == target:
             return x._weakly_typed(False)  # a dtype asked for is strong
         if x.is_concrete and not x._vaxes and not dtypes.can_hold(x.dtype, np.dtype(dtype)):
             values.convert(np.asarray(x._value), np.dtype(dtype), "asarray")  # only to check the values fit
-        return bind(OPS["convert"], x, dtype=dtypes.canonical(dtype, "asarray"))  # `astype`'s primitive
+        return bind(OPS["convert"], x, dtype=target)  # `astype`'s primitive
     if is_device_array(x):
         if dtypes.is_supported(x.dtype) and (dtype is None or x.dtype == dtypes.canonical(dtype, "asarray")):
             return Tensor._concrete(x)  # a JAX array stays on its device
