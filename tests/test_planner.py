@@ -442,27 +442,22 @@ def test_a_bigger_budget_never_gets_a_costlier_plan(model):
     assert extra == sorted(extra, reverse=True), extra
 
 
-def test_auto_takes_a_chain_plan_made_for_a_smaller_budget(monkeypatch):
-    """When the chain DP's plan for the budget itself is costlier (its model is not the exact
-    count), auto still finds the cheaper plan it makes for a smaller budget of the ladder."""
+def test_auto_takes_the_chain_plan_of_a_larger_budget_when_it_fits():
+    """The DP's model of memory is over the exact count here: its plan for the budget itself
+    leaves room unused, and its plan for a larger budget of the ladder fits and recomputes less."""
     from remat.planner import chain
 
-    fn, args = MODELS["mlp8"]()
+    fn, args = MODELS["mlp32"]()
     g = rm.make_graph(fn)(*args)
-    base, act = peaks.base_bytes(g), peaks.activation_bytes(g)
-    rung = base + int(act * 0.8)
-    small = chain.plan_chain(g, rung)
-    plan_chain = chain.plan_chain
-    # The DP "misses" at the budget itself: only the ladder's 0.8 rung gives its plan.
-    monkeypatch.setattr(chain, "plan_chain", lambda graph, b, step=peaks.ALL:
-                        plan_chain(graph, b, step) if b <= rung else plan_sqrt(graph, step))
     solve._CACHE.clear()
-    _, report = solve.plan_step(g, 0.9, None)
-    assert solve.extra_cost(g, small) < solve.extra_cost(g, plan_sqrt(g))  # else the test checks nothing
-    assert report.extra_cost <= solve.extra_cost(g, small)
+    _, report = solve.plan_step(g, 0.5, None)
+    own = chain.plan_chain(g, report.budget_bytes)
+    assert peaks.total_peak(g, own) < report.predicted_peak <= report.budget_bytes
+    assert report.extra_cost < solve.extra_cost(g, own)
 
 
-def test_auto_runs_the_milp_and_skips_it_when_nothing_is_recomputed(monkeypatch):
+def test_auto_never_runs_the_milp_and_strategy_milp_does(monkeypatch):
+    """Auto plans in about a second by the chain DP; the MILP (seconds to minutes) is asked for."""
     from remat.planner import milp
 
     ran = []
@@ -471,10 +466,10 @@ def test_auto_runs_the_milp_and_skips_it_when_nothing_is_recomputed(monkeypatch)
     fn, args = gpt(2)
     g = rm.make_graph(fn)(*args)
     solve._CACHE.clear()
-    solve.plan_step(g, 0.5, None)
-    assert ran and all("nodes" not in k and k["start"] for k in ran)  # the default work, from the other plans
-    free = [(NO_PLAN, 0)]
-    assert not solve._milp_can_win(g, free, 1) and solve._milp_can_win(g, free, -1)
+    _, report = solve.plan_step(g, 0.5, None)
+    assert not ran and report.strategy == "chain"
+    _, report = solve.plan_step(g, 0.5, "milp")
+    assert ran and report.predicted_peak <= report.budget_bytes
 
 
 def test_a_plan_over_by_the_targets_count_is_planned_again_below_its_own_count():

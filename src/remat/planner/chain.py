@@ -47,6 +47,7 @@ from remat.graph import Graph, Var
 from remat.planner.cost import Weights, current_weights
 from remat.planner.peak import ALL, Step, base_bytes, total_peak, traced_step
 from remat.planner.plan import Block, Plan
+from remat.planner.products import INNER, SavedProducts, saved_products
 from remat.planner.stages import Stage, merged, stages
 from remat.tensor import Tensor
 from remat.trace import new_trace
@@ -60,6 +61,7 @@ CELLS = 2**20
 LEAST_UNITS = 32
 MOST_STAGES = 128
 PLAIN = -1  # the choice "keep the first stage's internals" in the table of choices
+SAVING = 1 << 16  # a block [a, m) saving products of kind t is m + (t + 1) * SAVING in the table of choices
 NEVER = 2**62  # a peak no schedule reaches (room to add to it without overflow)
 
 
@@ -76,7 +78,9 @@ class ChainModel:
     - `fwd[i]`: the most stage i's own values take at once while it runs forward;
     - `own[i]`: the exact peak of stage i's gradient on its own: its kept values, backward
       temporaries, the cotangent of x_i and its parameters' gradients;
-    - `grads[i]`: bytes of the parameter gradients stage i's backward makes (they live on)."""
+    - `grads[i]`: bytes of the parameter gradients stage i's backward makes (they live on);
+    - `products`: the matrix products a block may save, by kind (`remat.planner.products`);
+      None where the graph has none, or the model was written by hand."""
 
     cost: np.ndarray
     out: np.ndarray
@@ -87,6 +91,7 @@ class ChainModel:
     own: np.ndarray
     grads: np.ndarray
     bounds: tuple[int, ...] = ()  # node index where each stage starts, and the end
+    products: SavedProducts | None = None
 
     def __len__(self) -> int:
         return len(self.cost)
@@ -119,6 +124,52 @@ class ChainModel:
             table[a, a + 1 :] = np.maximum.accumulate(start)
         return table
 
+    @cached_property
+    def kinds(self) -> int:
+        """How many kinds of blocks saving products the model offers."""
+        return 0 if self.products is None else len(self.products)
+
+    @cached_property
+    def saved(self) -> np.ndarray:
+        """saved[t, a, m]: bytes a block of kind t over [a, m) keeps of its products."""
+        return np.zeros((0, 1, 1), np.int64) if self.products is None else self.products.saved
+
+    @cached_property
+    def skipped(self) -> np.ndarray:
+        """skipped[t, a, m]: the cost its recomputation skips."""
+        return np.zeros((0, 1, 1)) if self.products is None else self.products.skipped
+
+    @cached_property
+    def dot_fwd(self) -> np.ndarray:
+        """dot_fwd[t, a, m]: `block_fwd` of a block of kind t over [a, m), which keeps its products
+        as they are made: stage j runs holding those of stages a..j-1 too."""
+        n = len(self)
+        table = np.zeros((self.kinds, n + 1, n + 1), np.int64)
+        for t in range(self.kinds):
+            inner = np.concatenate([[0], np.cumsum(self.products.nbytes[t, INNER])])
+            for a in range(n):
+                start = np.concatenate([[0], self.out[a : n - 1]]) + self.fwd[a:] + inner[a:n] - inner[a]
+                table[t, a, a + 1 :] = np.maximum.accumulate(start)
+        return table
+
+    @cached_property
+    def dot_back(self) -> np.ndarray:
+        """dot_back[t, a, m]: the most reversing a block of kind t over [a, m) needs beyond what is
+        held around it: its body runs plainly again, stage s holding what the gradient keeps of
+        stages a..s-1, then back; the products, inputs of the block's backward, are held all
+        through it, and those the gradient keeps too are counted once."""
+        n = len(self)
+        table = np.zeros((self.kinds, n + 1, n + 1), np.int64)
+        for t in range(self.kinds):
+            for m in range(1, n + 1):
+                s = np.arange(m)
+                both = self.products.stagewise(self.products.kept, t, m)
+                kept = np.concatenate([[0], np.cumsum(self.kept[:m] - both)])
+                fwd, back = self.plain_need(s, m, 0)
+                worst = np.maximum(fwd, back - both) + kept[:m]  # less kept[a], below
+                table[t, :m, m] = np.maximum.accumulate(worst[::-1])[::-1] - kept[:m] + self.saved[t, :m, m]
+        return table
+
     def plain_need(self, a, b, held):
         """(forward, backward) peaks of stage a run plainly in [a, b) with `held` bytes held."""
         fwd = held + self.fwd[a] + self.pend[b]
@@ -126,8 +177,13 @@ class ChainModel:
         return fwd, back + self.ct[b] + self.after[np.minimum(a + 1, len(self))]
 
 
-# A schedule: a tuple of segments, each a plain stage (an int) or a block (start, stop, body).
+# A schedule: a tuple of segments, each a plain stage (an int) or a block (start, stop, body),
+# or a block saving its products of kind t, whose body runs plainly: (start, stop, body, t).
 Schedule = tuple
+
+
+def _saves(block: tuple) -> bool:
+    return len(block) > 3
 
 
 # ---------------------------------------------------------------- the model of a graph
@@ -152,7 +208,8 @@ def _chain_model(graph: Graph, step: Step, weights: Weights) -> ChainModel:
                       np.array([*din[1:], 0], np.int64), np.array(kept, np.int64), np.array(extra, np.int64),
                       np.array([s.internal_bytes for s in chain], np.int64), np.array(own, np.int64),
                       _gradient_bytes(graph, chain, step),
-                      tuple(s.start for s in chain) + (chain[-1].stop,))
+                      tuple(s.start for s in chain) + (chain[-1].stop,),
+                      saved_products(graph, chain, kept_values))
 
 
 def _kept_values(graph: Graph, step: Step) -> set[Var]:
@@ -297,17 +354,25 @@ def min_peak(model: ChainModel) -> tuple[int, Schedule]:
 def cheapest(model: ChainModel, budget: int) -> Schedule | None:
     """The schedule of least forward cost whose model peak is at most `budget` bytes; None
     when none fits (in units of the table). Tables `full` and `part` as in `min_peak`."""
+    return cheapest_each(model, [budget])[0]
+
+
+def cheapest_each(model: ChainModel, budgets: list[int]) -> list[Schedule | None]:
+    """`cheapest` for each budget, from one table: the table's entries depend on the room left,
+    `top - held`, so the table built for the largest budget answers a smaller one from held =
+    the difference (in that table's units, which are coarser for a small budget)."""
     n = len(model)
-    if n == 0 or budget < 0:
-        return () if budget >= 0 else None
-    q = _unit(model, int(budget))
-    u = _Units(model, q, int(budget) // q)
+    if n == 0 or max(budgets) < 0:
+        return [() if b >= 0 else None for b in budgets]
+    q = _unit(model, int(max(budgets)))
+    u = _Units(model, q, int(max(budgets)) // q)
     top = u.top
     full = np.full((n + 1, n + 1, top + 2), np.inf)  # held beyond `top` (index top + 1) never fits: inf
     part = np.full((n + 1, n + 1, top + 2), np.inf)
-    choice = np.full((2, n + 1, n + 1, top + 1), PLAIN, np.int16)
+    choice = np.full((2, n + 1, n + 1, top + 1), PLAIN, np.int32)
     k = np.arange(top + 1)
     prefix = np.concatenate([[0.0], np.cumsum(model.cost)])
+    assert n < SAVING
     for length in range(1, n + 1):
         a = np.arange(0, n - length + 1)
         b = a + length
@@ -317,17 +382,25 @@ def cheapest(model: ChainModel, budget: int) -> Schedule | None:
         if length > 1:
             m = a[:, None] + np.arange(1, length)[None, :]
             blocks = _block_costs(u, full, prefix, a, b, m, k)
+            ends = np.broadcast_to(m[:, :, None], blocks.shape)
+            for t in range(model.kinds):
+                saving = _saving_block_costs(u, full, prefix, model.skipped[t], t, a, b, m, k)
+                ends = np.where(saving < blocks, m[:, :, None] + (t + 1) * SAVING, ends)
+                blocks = np.minimum(blocks, saving)
             at = np.argmin(blocks, axis=1)
             row = np.arange(len(a))[:, None]
-            low[:, : top + 1], pick[:, : top + 1] = blocks[row, at, k[None, :]], m[row, at]
+            low[:, : top + 1], pick[:, : top + 1] = blocks[row, at, k[None, :]], ends[row, at, k[None, :]]
         shifted = np.minimum(k[None, :] + u.extra[a][:, None], top + 1)
         for table, plain, at, side in ((full, plain_full, k[None, :], 0), (part, plain_part, shifted, 1)):
             cands = low[np.arange(len(a))[:, None], at]
             table[a, b, : top + 1] = np.minimum(plain, cands)
             choice[side, a, b] = np.where(cands < plain, pick[np.arange(len(a))[:, None], at], PLAIN)
-    if not np.isfinite(full[0, n, 0]):
-        return None
-    return _rebuild(lambda side, a, b, at: int(choice[side, a, b, at]), model, 0, n, u)
+    out: list[Schedule | None] = []
+    for budget in budgets:
+        held = top - int(budget) // q
+        fits = budget >= 0 and np.isfinite(full[0, n, held])
+        out.append(_rebuild(lambda side, a, b, at: int(choice[side, a, b, at]), model, 0, n, u, held) if fits else None)
+    return out
 
 
 def _unit(model: ChainModel, budget: int) -> int:
@@ -355,6 +428,7 @@ class _Units:
         self.out, self.kept, self.ct, self.pend = up(model.out), up(model.kept), up(model.ct), up(model.pend)
         self.extra = up(np.concatenate([[0], model.extra]))[:-1]  # extra[a]: x_a beyond kept[a-1]
         self.block_fwd = up(model.block_fwd)
+        self.saved, self.dot_fwd, self.dot_back = up(model.saved), up(model.dot_fwd), up(model.dot_back)
         fwd, back = model.plain_need(np.arange(len(model))[:, None], np.arange(len(model) + 1)[None, :], 0)
         self.fwd_need, self.back_need = up(fwd), up(back)  # [a, b]
 
@@ -384,8 +458,22 @@ def _block_costs(u: _Units, full: np.ndarray, prefix: np.ndarray, a: np.ndarray,
     return np.where(fits, (prefix[m] - prefix[a][:, None])[:, :, None] + rest + again, np.inf)
 
 
-def _rebuild(choose, model: ChainModel, a: int, b: int, units: _Units | None = None) -> Schedule:
-    """The schedule the tables of choices (`choose(side, a, b, held)`) describe for [a, b)."""
+def _saving_block_costs(u: _Units, full: np.ndarray, prefix: np.ndarray, skipped: np.ndarray, t: int,
+                        a: np.ndarray, b: np.ndarray, m: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """`_block_costs` of blocks saving products of kind t: the rest holds them too, and the
+    block's backward runs its body once more, plainly, without the products."""
+    kk = k[None, None, :]
+    held = u.out[m - 1] + u.saved[t, a[:, None], m]
+    rest = full[m[:, :, None], b[:, None, None], np.minimum(held[:, :, None] + kk, u.top + 1)]
+    need = np.maximum(u.dot_fwd[t, a[:, None], m] + u.pend[b][:, None],
+                      u.dot_back[t, a[:, None], m] + u.ct[b][:, None])
+    runs = 2 * (prefix[m] - prefix[a][:, None]) - skipped[a[:, None], m]
+    return np.where(kk + need[:, :, None] <= u.top, runs[:, :, None] + rest, np.inf)
+
+
+def _rebuild(choose, model: ChainModel, a: int, b: int, units: _Units | None = None, held: int = 0) -> Schedule:
+    """The schedule the tables of choices (`choose(side, a, b, held)`) describe for [a, b),
+    entered with `held` already held."""
     src = model if units is None else units
     extra = np.concatenate([[0], model.extra]) if units is None else units.extra
 
@@ -396,13 +484,18 @@ def _rebuild(choose, model: ChainModel, a: int, b: int, units: _Units | None = N
             if m == PLAIN:
                 segments.append(a)
                 k, a, side = k + int(src.kept[a]), a + 1, 1
+            elif m > SAVING:
+                t, m = m // SAVING - 1, m % SAVING
+                k += int(extra[a]) if side else 0
+                segments.append((a, m, tuple(range(a, m)), t))
+                k, a, side = k + int(src.out[m - 1]) + int(src.saved[t, a, m]), m, 0
             else:
                 k += int(extra[a]) if side else 0
                 segments.append((a, m, walk(a, m, k + int(src.ct[b]), 0)))
                 k, a, side = k + int(src.out[m - 1]), m, 0
         return tuple(segments)
 
-    return walk(a, b, 0, 0)
+    return walk(a, b, held, 0)
 
 
 # ---------------------------------------------------------------- schedules: peak, cost, Plan
@@ -419,6 +512,11 @@ def schedule_peak(model: ChainModel, schedule: Schedule) -> int:
                 fwd, back = model.plain_need(seg, b, k)
                 high = max(high, fwd + (extra[seg] if part else 0), back)
                 k, part = k + int(model.kept[seg]), True
+            elif _saves(seg):
+                a, m, _, t = seg
+                k += int(extra[a]) if part else 0
+                high = max(high, k + model.dot_fwd[t, a, m] + model.pend[b], k + model.ct[b] + model.dot_back[t, a, m])
+                k, part = k + int(model.out[m - 1]) + int(model.saved[t, a, m]), False
             else:
                 a, m, body = seg
                 k += int(extra[a]) if part else 0
@@ -430,13 +528,17 @@ def schedule_peak(model: ChainModel, schedule: Schedule) -> int:
 
 
 def schedule_cost(model: ChainModel, schedule: Schedule) -> float:
-    """Forward cost of the stages the schedule runs: each stage once, and once more per block around it."""
+    """Forward cost of the stages the schedule runs: each stage once, and once more per block
+    around it (a block saving its products runs its body without them once more)."""
 
     def walk(segs: Schedule, depth: int) -> float:
         total = 0.0
         for seg in segs:
             if isinstance(seg, int):
                 total += (depth + 1) * model.cost[seg]
+            elif _saves(seg):
+                a, m, body, t = seg
+                total += walk(body, depth + 1) - model.skipped[t, a, m]
             else:
                 total += walk(seg[2], depth + 1)
         return total
@@ -447,9 +549,13 @@ def schedule_cost(model: ChainModel, schedule: Schedule) -> float:
 def to_plan(model: ChainModel, schedule: Schedule) -> Plan:
     """The schedule as planner Blocks over the stages' node ranges."""
 
+    def block(seg: tuple) -> Block:
+        a, m, body = seg[:3]
+        saves = model.products.block_nodes(seg[3], a, m) if _saves(seg) else frozenset()
+        return Block(model.bounds[a], model.bounds[m], blocks(body), saves)
+
     def blocks(segs: Schedule) -> tuple[Block, ...]:
-        return tuple(Block(model.bounds[a], model.bounds[m], blocks(body)) for a, m, body in
-                     (s for s in segs if not isinstance(s, int)))
+        return tuple(block(s) for s in segs if not isinstance(s, int))
 
     return Plan(blocks(schedule), "chain")
 
@@ -461,7 +567,7 @@ def plan_chain(graph: Graph, budget_bytes: int, step: Step = ALL) -> Plan | None
     """The chain plan of least recomputation whose predicted total peak (the step's inputs and
     constants included, as a `memory_budget` counts) is at most `budget_bytes`; None when no
     chain schedule fits. The prediction is the DP's model: `solve.plan_step` checks the exact
-    peak and calls again with a smaller budget when it is over.
+    peak and asks for other budgets where it is over or well under.
 
     >>> import remat as rm
     >>> layer = lambda h: h + rm.tanh(h)
@@ -471,14 +577,31 @@ def plan_chain(graph: Graph, budget_bytes: int, step: Step = ALL) -> Plan | None
     >>> len(plan_chain(g, min_chain_peak(g)).blocks) > 0
     True
     """
+    found = plan_chains(graph, [budget_bytes], step)[0]
+    return None if found is None else found[0]
+
+
+def plan_chains(graph: Graph, budgets: list[int], step: Step = ALL) -> list[tuple[Plan, int] | None]:
+    """`plan_chain` for each of `budgets`, from one DP table, with each plan's predicted total
+    peak (the model's; where a plan is below the model's least, its exact count)."""
     model = chain_model(graph, step)
-    room = int(budget_bytes) - base_bytes(graph)
-    if room >= min_peak(model)[0]:
-        schedule = cheapest(model, room)
-        return to_plan(model, _least(model) if schedule is None else schedule)
-    # Below the model's least peak, the least plan may still fit by the exact count.
-    plan = to_plan(model, _least(model))
-    return plan if total_peak(graph, plan, step) <= budget_bytes else None
+    base = base_bytes(graph)
+    low, frugal = min_peak(model)
+    rooms = [int(b) - base for b in budgets]
+    able = sorted({r for r in rooms if r >= low} | {low})
+    found = dict(zip(able, cheapest_each(model, able)))
+    least = found[low] or frugal  # as `_least`
+    least_peak = None
+    plans: list[tuple[Plan, int] | None] = []
+    for budget, room in zip(budgets, rooms):
+        if room >= low:
+            schedule = least if found[room] is None else found[room]
+            plans.append((to_plan(model, schedule), base + schedule_peak(model, schedule)))
+            continue
+        # Below the model's least peak, the least plan may still fit by the exact count.
+        least_peak = total_peak(graph, to_plan(model, least), step) if least_peak is None else least_peak
+        plans.append((to_plan(model, least), least_peak) if least_peak <= budget else None)
+    return plans
 
 
 def min_chain_peak(graph: Graph, step: Step = ALL) -> int:
@@ -502,5 +625,5 @@ def _least(model: ChainModel) -> Schedule:
     return schedule if cheap is None else cheap
 
 
-__all__ = ["ChainModel", "chain_model", "min_peak", "cheapest", "schedule_peak", "schedule_cost", "to_plan",
-           "plan_chain", "min_chain_peak"]
+__all__ = ["ChainModel", "chain_model", "min_peak", "cheapest", "cheapest_each", "schedule_peak", "schedule_cost",
+           "to_plan", "plan_chain", "plan_chains", "min_chain_peak"]

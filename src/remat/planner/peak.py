@@ -83,7 +83,7 @@ def once(key: tuple, work: Callable[[], T]) -> T:
 
 def step_graph(graph: Graph, plan: Plan = NO_PLAN, step: Step = ALL) -> Graph:
     """The gradient step of `graph` with `plan` applied, as one Graph (forward nodes first)."""
-    return traced_step(apply(graph, plan), step).graph
+    return once(("step_graph", graph, plan, step), lambda: traced_step(apply(graph, plan), step).graph)
 
 
 @dataclass(frozen=True)

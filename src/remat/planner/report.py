@@ -6,11 +6,13 @@ planned step keeps (`kept`, with their provenance)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
 from remat.graph import Graph, type_str
-from remat.planner.cost import node_cost, node_flops
+from remat.planner.cost import cost, flops, node_flops
+from remat.planner.peak import ALL, Step, step_graph
 from remat.planner.plan import NO_PLAN, Plan, extra_runs
 
 
@@ -128,14 +130,23 @@ def recomputed_values(graph: Graph, plan: Plan) -> tuple[Recomputed, ...]:
     return tuple(rows)
 
 
-def extra_flops(graph: Graph, plan: Plan) -> float:
-    """FLOPs the plan adds: each recomputed node's, times how often it runs again."""
-    return float(sum(k * node_flops(graph.nodes[i]) for i, k in extra_runs(plan).items()))
+def extra_flops(graph: Graph, plan: Plan, step: Step = ALL) -> float:
+    """FLOPs the plan adds to the gradient step, as its program has them (`extra_cost`)."""
+    return _added(graph, plan, step, flops)
 
 
-def extra_cost(graph: Graph, plan: Plan) -> float:
-    """What the planner minimises: the cost (`remat.planner.cost`) of what the plan recomputes."""
-    return float(sum(k * node_cost(graph.nodes[i]) for i, k in extra_runs(plan).items()))
+def extra_cost(graph: Graph, plan: Plan, step: Step = ALL) -> float:
+    """What the planner minimises: the cost (`remat.planner.cost`) the plan adds to the gradient
+    step, counted on the step's programs with and without it, so what the recomputation leaves
+    out is left out here too (a block's last values that only its outputs read: the backward
+    has their cotangents and never makes them again)."""
+    return _added(graph, plan, step, cost)
+
+
+def _added(graph: Graph, plan: Plan, step: Step, count: Callable[[Graph], float]) -> float:
+    if not plan.blocks:
+        return 0.0
+    return float(count(step_graph(graph, plan, step)) - count(step_graph(graph, NO_PLAN, step)))
 
 
 def format_bytes(n: int) -> str:

@@ -39,14 +39,17 @@ from remat.graph import Graph
 from remat.planner import plan_cache, sqrt
 from remat.planner import target as targets
 from remat.planner.cost import cost, flops
-from remat.planner.peak import ALL, Step, StepCount, activation_bytes, base_bytes, planning, step_graph, total_peak
+from remat.planner.peak import ALL, Step, StepCount, activation_bytes, planning, step_graph, total_peak
 from remat.planner.plan import NO_PLAN, Plan, apply
 from remat.planner.report import PlanReport, PlanWarning, extra_cost, extra_flops, recomputed_values
 from remat.planner.target import Target
 from remat.timeline import inline
 
 TRIES = 6  # how often a strategy is asked again with a budget tightened by its overshoot
-RUNGS = tuple(k / 10 for k in range(1, 10))  # the smaller budgets auto also plans the chain for
+# The chain DP's budgets around the one asked for, as shares of the activation memory: the model
+# was over the exact count by up to a fifth of it on a 256-layer MLP, under it by a few percent.
+LADDER = (-0.2, -0.12, -0.08, -0.05, -0.03, -0.02, -0.01, 0.0, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.1,
+          0.13, 0.16, 0.2, 0.25)
 
 _REPORTS: ContextVar[list | None] = ContextVar("remat_plan_reports", default=None)
 
@@ -119,7 +122,7 @@ def _plan(graph: Graph, memory_budget, strategy, step: Step, target: Target) -> 
     return PlanReport(
         strategy=plan.strategy, memory_budget=memory_budget, budget_bytes=limit, predicted_peak=peak,
         base_bytes=count.base, unplanned_peak=count.base + count.activation, recomputed=recomputed_values(graph, plan),
-        extra_flops=extra_flops(graph, plan), step_flops=flops(unplanned), extra_cost=extra_cost(graph, plan),
+        extra_flops=extra_flops(graph, plan, step), step_flops=flops(unplanned), extra_cost=extra_cost(graph, plan, step),
         step_cost=cost(unplanned), solver_status=status, solver_time=time.perf_counter() - started, plan=plan,
         counted_by=str(target))
 
@@ -141,7 +144,7 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
         fits = [(p, peak, status) for p, peak, status in candidates if peak <= goal]
         if not fits:
             return None
-        plan, _, status = min(fits, key=lambda f: (extra_cost(graph, f[0]), f[1]))
+        plan, _, status = min(fits, key=lambda f: (extra_cost(graph, f[0], step), f[1]))
         return plan, status + counted
 
     def evaluator_peak(plan: Plan) -> int:  # of the plan `cheapest` just chose
@@ -181,15 +184,11 @@ def _candidates(graph: Graph, limit: int, name: str, step: Step) -> Found:
     found: Found = []
     chain = _module("chain")
     if name in ("chain", "auto") and chain is not None:
-        found += _checked(lambda b: _named(chain.plan_chain(graph, b, step), "optimal for the chain"), limit,
-                          lambda p: total_peak(graph, p, step))
-    if name == "auto" and chain is not None:
-        found += _rungs(graph, limit, step, chain)
-    fits = [p for p, peak, _ in found if peak <= limit]
-    if name == "milp" or name == "auto" and _milp_can_win(graph, [(p, pk) for p, pk, _ in found], limit):
-        found += _milp(graph, limit, step, fits)
-    if name == "auto":
-        found += _segments(graph, limit, step, stop_at_fit=True)
+        found += _chain_ladder(graph, limit, step, chain)
+    if name == "milp":
+        found += _milp(graph, limit, step, [])
+    if name == "auto" and not any(peak <= limit for _, peak, _ in found):
+        found += _segments(graph, limit, step, stop_at_fit=True)  # the chain DP's schedules hold these
     return found
 
 
@@ -217,28 +216,43 @@ def _named(plan: Plan | None, status: str) -> tuple[Plan, str] | None:
     return None if plan is None else (plan, status)
 
 
-def _rungs(graph: Graph, limit: int, step: Step, chain) -> Found:
-    """The chain plans for the ladder's budgets below `limit` that fit it: what a smaller budget
-    gets, a bigger one may take."""
-    base, activation = base_bytes(graph), activation_bytes(graph, step)
+def _chain_ladder(graph: Graph, limit: int, step: Step, chain) -> Found:
+    """The cheapest chain plan that fits `limit` by the exact count, among the DP's plans for
+    the budgets of a ladder (`LADDER`) around it, all from one DP table. The DP's model of
+    memory is not the count: mostly over it (a plan for a larger budget fits, and recomputes
+    less), sometimes under (one for a smaller budget is needed). A plan for a larger budget
+    recomputes no more and mostly peaks no lower: the search takes the plan for the budget
+    itself, then the one whose prediction less the first plan's overestimate is the budget,
+    then the largest budget whose plan fits between those that do and do not."""
+    activation = activation_bytes(graph, step)
+    budgets = sorted({max(limit + int(activation * share), 0) for share in LADDER})
+    made = dict.fromkeys(p for p in chain.plan_chains(graph, budgets, step) if p is not None)
+    plans, predicted = [p for p, _ in made], [peak for _, peak in made]
     found: Found = []
-    seen: set = set()
-    for share in RUNGS:
-        rung = base + int(activation * share)
-        plan = chain.plan_chain(graph, rung, step) if rung < limit else None
-        if plan is None or plan.blocks in seen:
-            continue
-        seen.add(plan.blocks)
-        peak = total_peak(graph, plan, step)
-        if peak <= limit:
-            found.append((plan, peak, f"optimal for the chain (planned for {share:g} of the activation memory)"))
+    peaks: dict[int, int] = {}
+
+    def fits(i: int) -> bool:
+        if i not in peaks:
+            peaks[i] = total_peak(graph, plans[i], step)
+            found.append((plans[i], peaks[i], "optimal for the chain"))
+        return peaks[i] <= limit
+
+    if not plans:
+        return found
+    first = min(next((i for i, p in enumerate(predicted) if p >= limit), len(plans) - 1), len(plans) - 1)
+    low, high = -1, len(plans)
+    if fits(first):
+        over = predicted[first] - peaks[first]
+        guess = max((i for i, p in enumerate(predicted) if p - over <= limit), default=first)
+        low = first
+        if guess > first:
+            low, high = (guess, high) if fits(guess) else (low, guess)
+    else:
+        high = first
+    while high - low > 1:  # the largest that fits, between one that does and one that does not
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
     return found
-
-
-def _milp_can_win(graph: Graph, found: list[tuple[Plan, int]], limit: int) -> bool:
-    """Not when a plan that fits recomputes nothing. (Even on a pure chain of identical stages
-    the MILP can win: it saves matrix products inside blocks, which the chain DP does not.)"""
-    return not any(peak <= limit and extra_flops(graph, p) <= 0 for p, peak in found)
 
 
 def _milp(graph: Graph, limit: int, step: Step, start: list[Plan]) -> Found:
@@ -258,7 +272,7 @@ def _milp(graph: Graph, limit: int, step: Step, start: list[Plan]) -> Found:
 def _segments(graph: Graph, limit: int, step: Step, stop_at_fit: bool) -> Found:
     """The segment plans, cheapest first, until one fits (all of them when none does)."""
     found: Found = []
-    for plan in sorted(sqrt.segment_plans(graph, step), key=lambda p: extra_cost(graph, p)):
+    for plan in sorted(sqrt.segment_plans(graph, step), key=lambda p: extra_cost(graph, p, step)):
         peak = total_peak(graph, plan, step)
         found.append((plan, peak, "heuristic (segments)"))
         if peak <= limit and stop_at_fit:
