@@ -318,6 +318,38 @@ def test_a_forced_strategy_that_cannot_fit_says_others_can():
 # ---------------------------------------------------------------- the report
 
 
+def test_extra_cost_is_what_the_step_runs_again_not_what_the_block_holds():
+    """A block ending with the transformer's MLP never makes its down projection again (only the
+    block's output reads it, and the backward has that cotangent): saving it changes nothing,
+    and the extra cost counts it neither way."""
+    from remat.planner.cost import cost
+
+    fn, args = gpt(2)
+    g = rm.make_graph(fn)(*args)
+    mlp_stage = next(s for s in stages(g) if [g.nodes[i].op for i in range(s.start, s.stop)].count("matmul") == 2)
+    down = max(i for i in range(mlp_stage.start, mlp_stage.stop) if g.nodes[i].op == "matmul")
+    plain, saving = (Plan((Block(mlp_stage.start, mlp_stage.stop, save=save),)) for save in (frozenset(),
+                                                                                           frozenset({down})))
+    extra = solve.extra_cost(g, plain)
+    assert extra == solve.extra_cost(g, saving) > 0
+    assert extra == cost(peaks.step_graph(g, plain)) - cost(peaks.step_graph(g))
+    assert peaks.step_graph(g, plain).count("matmul") == peaks.step_graph(g).count("matmul") + 1  # the up one
+
+
+def test_auto_saves_matrix_products_where_that_recomputes_less():
+    """On the residual MLP, a block saving its layers' products keeps one activation a layer
+    instead of two and recomputes only the additions and the tanh (where the products are wide
+    enough to be dearer than those): auto's plan saves some, and its gradient is the unplanned
+    one, bit for bit."""
+    fn, args = mlp(depth=16, width=128, batch=256)
+    g = rm.make_graph(fn)(*args)
+    solve._CACHE.clear()
+    _, report = solve.plan_step(g, 0.6, None)
+    saved = [i for b in report.plan.blocks for i in b.save]
+    assert saved and all(g.nodes[i].op == "matmul" for i in saved)
+    assert_bit_identical(rm.grad(fn, memory_budget=0.6)(*args), rm.grad(fn)(*args))
+
+
 def test_plan_report_contents():
     fn, args = mlp(depth=4)
     report = rm.memory.plan_report(fn, *args, memory_budget=0.7, strategy="sqrt")

@@ -4,6 +4,7 @@ fit the budget by the evaluator's exact count, keep gradients bit for bit, and p
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -17,6 +18,7 @@ from remat.models import residual_mlp_loss, residual_mlp_params
 from remat.planner import chain
 from remat.planner.chain import ChainModel, cheapest, min_peak, schedule_cost, schedule_peak, to_plan
 from remat.planner.peak import base_bytes, step_graph, step_peak, total_peak
+from remat.planner.products import SavedProducts
 
 # ---------------------------------------------------------------- abstract chains
 
@@ -86,6 +88,60 @@ def test_dp_is_optimal_on_small_heterogeneous_chains(seed):
         best = min(f for p, f, _ in options if p <= budget)
         assert schedule_cost(model, schedule) == pytest.approx(best, rel=1e-12)
     assert cheapest(model, least - 1) is None
+
+
+def with_products(model: ChainModel, rng: np.random.Generator, kinds: int = 2) -> ChainModel:
+    """`model` with `kinds` kinds of products a block may save (bytes, cost, bytes kept anyway),
+    kind 1 saving more than kind 0, and a tail each stage's recomputation may leave out."""
+    n = len(model)
+    nbytes = np.cumsum(rng.integers(0, 3, (kinds, 2, n)), axis=0)
+    cost = np.cumsum(rng.uniform(0, 1, (kinds, 2, n)), axis=0)
+    kept = np.minimum(nbytes, rng.integers(0, 2, (kinds, 2, n)))
+    nodes = tuple(tuple(tuple(frozenset() for _ in range(n)) for _ in range(2)) for _ in range(kinds))
+    tail = rng.uniform(0, 0.5, n)
+    return dataclasses.replace(model, products=SavedProducts(nbytes, cost, kept, nodes), tail=tail)
+
+
+def all_schedules_saving(a: int, b: int, kinds: int):
+    """`all_schedules`, and blocks saving products of each kind (their bodies run plainly)."""
+    if b - a == 1:
+        yield (a,)
+        return
+    for rest in all_schedules_saving(a + 1, b, kinds):
+        yield (a, *rest)
+    for m in range(a + 1, b):
+        for rest in all_schedules_saving(m, b, kinds):
+            for body in all_schedules_saving(a, m, kinds):
+                yield ((a, m, body), *rest)
+            for t in range(kinds):
+                yield ((a, m, tuple(range(a, m)), t), *rest)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_dp_is_optimal_with_blocks_that_save_products(seed):
+    rng = np.random.default_rng(100 + seed)
+    model = with_products(random_chain(rng, int(rng.integers(2, 6))), rng)
+    options = [(schedule_peak(model, s), schedule_cost(model, s), s)
+               for s in all_schedules_saving(0, len(model), model.kinds)]
+    least = min(p for p, _, _ in options)
+    for budget in range(least, max(p for p, _, _ in options) + 1):
+        schedule = cheapest(model, budget)
+        assert schedule_peak(model, schedule) <= budget
+        best = min(f for p, f, _ in options if p <= budget)
+        assert schedule_cost(model, schedule) == pytest.approx(best, rel=1e-9)
+
+
+def test_one_table_answers_every_budget_up_to_its_own():
+    rng = np.random.default_rng(7)
+    model = with_products(random_chain(rng, 12), rng)
+    low = min_peak(model)[0]
+    budgets = list(range(low, low + 40, 3))
+    schedules = chain.cheapest_each(model, budgets)
+    costs = [schedule_cost(model, s) for s in schedules]
+    assert all(schedule_peak(model, s) <= b for s, b in zip(schedules, budgets))
+    assert costs == sorted(costs, reverse=True)  # more room never costs more
+    # In single bytes (these budgets are small), the table of the largest is each one's own.
+    assert costs == [schedule_cost(model, cheapest(model, b)) for b in budgets]
 
 
 def test_sixty_four_stages_plan_well_under_a_second():

@@ -47,7 +47,7 @@ from remat.graph import Graph, Var
 from remat.planner.cost import Weights, current_weights
 from remat.planner.peak import ALL, Step, base_bytes, total_peak, traced_step
 from remat.planner.plan import Block, Plan
-from remat.planner.products import INNER, SavedProducts, saved_products
+from remat.planner.products import INNER, SavedProducts, saved_products, tail_costs
 from remat.planner.stages import Stage, merged, stages
 from remat.tensor import Tensor
 from remat.trace import new_trace
@@ -80,7 +80,9 @@ class ChainModel:
       temporaries, the cotangent of x_i and its parameters' gradients;
     - `grads[i]`: bytes of the parameter gradients stage i's backward makes (they live on);
     - `products`: the matrix products a block may save, by kind (`remat.planner.products`);
-      None where the graph has none, or the model was written by hand."""
+      None where the graph has none, or the model was written by hand;
+    - `tail[i]`: the cost of stage i's nodes a block ending with it does not run again
+      (`products.tail_costs`; zero when not given)."""
 
     cost: np.ndarray
     out: np.ndarray
@@ -92,6 +94,7 @@ class ChainModel:
     grads: np.ndarray
     bounds: tuple[int, ...] = ()  # node index where each stage starts, and the end
     products: SavedProducts | None = None
+    tail: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.cost)
@@ -123,6 +126,11 @@ class ChainModel:
             start = np.concatenate([[0], self.out[a : n - 1]]) + self.fwd[a:]
             table[a, a + 1 :] = np.maximum.accumulate(start)
         return table
+
+    @cached_property
+    def spared(self) -> np.ndarray:
+        """spared[m]: what the recomputation of a block ending at m leaves out (`tail[m-1]`)."""
+        return np.concatenate([[0.0], np.zeros(len(self)) if self.tail is None else self.tail])
 
     @cached_property
     def kinds(self) -> int:
@@ -209,7 +217,7 @@ def _chain_model(graph: Graph, step: Step, weights: Weights) -> ChainModel:
                       np.array([s.internal_bytes for s in chain], np.int64), np.array(own, np.int64),
                       _gradient_bytes(graph, chain, step),
                       tuple(s.start for s in chain) + (chain[-1].stop,),
-                      saved_products(graph, chain, kept_values))
+                      saved_products(graph, chain, kept_values), tail_costs(graph, chain, kept_values))
 
 
 def _kept_values(graph: Graph, step: Step) -> set[Var]:
@@ -381,10 +389,11 @@ def cheapest_each(model: ChainModel, budgets: list[int]) -> list[Schedule | None
         pick = np.full((len(a), 2 * top + 2), PLAIN)
         if length > 1:
             m = a[:, None] + np.arange(1, length)[None, :]
-            blocks = _block_costs(u, full, prefix, a, b, m, k)
+            blocks = _block_costs(u, full, prefix, a, b, m, k) - model.spared[m][:, :, None]
             ends = np.broadcast_to(m[:, :, None], blocks.shape)
             for t in range(model.kinds):
                 saving = _saving_block_costs(u, full, prefix, model.skipped[t], t, a, b, m, k)
+                saving -= model.spared[m][:, :, None]
                 ends = np.where(saving < blocks, m[:, :, None] + (t + 1) * SAVING, ends)
                 blocks = np.minimum(blocks, saving)
             at = np.argmin(blocks, axis=1)
@@ -393,8 +402,10 @@ def cheapest_each(model: ChainModel, budgets: list[int]) -> list[Schedule | None
         shifted = np.minimum(k[None, :] + u.extra[a][:, None], top + 1)
         for table, plain, at, side in ((full, plain_full, k[None, :], 0), (part, plain_part, shifted, 1)):
             cands = low[np.arange(len(a))[:, None], at]
-            table[a, b, : top + 1] = np.minimum(plain, cands)
-            choice[side, a, b] = np.where(cands < plain, pick[np.arange(len(a))[:, None], at], PLAIN)
+            # A block only where it beats running plainly by more than rounding.
+            better = cands < plain - np.where(np.isfinite(plain), 1e-9 * np.abs(plain), 0.0)
+            table[a, b, : top + 1] = np.where(better, cands, plain)
+            choice[side, a, b] = np.where(better, pick[np.arange(len(a))[:, None], at], PLAIN)
     out: list[Schedule | None] = []
     for budget in budgets:
         held = top - int(budget) // q
@@ -529,7 +540,8 @@ def schedule_peak(model: ChainModel, schedule: Schedule) -> int:
 
 def schedule_cost(model: ChainModel, schedule: Schedule) -> float:
     """Forward cost of the stages the schedule runs: each stage once, and once more per block
-    around it (a block saving its products runs its body without them once more)."""
+    around it (a block saving its products runs its body without them once more), less what
+    each block's recomputation leaves out (`ChainModel.tail`)."""
 
     def walk(segs: Schedule, depth: int) -> float:
         total = 0.0
@@ -538,9 +550,9 @@ def schedule_cost(model: ChainModel, schedule: Schedule) -> float:
                 total += (depth + 1) * model.cost[seg]
             elif _saves(seg):
                 a, m, body, t = seg
-                total += walk(body, depth + 1) - model.skipped[t, a, m]
+                total += walk(body, depth + 1) - model.skipped[t, a, m] - model.spared[m]
             else:
-                total += walk(seg[2], depth + 1)
+                total += walk(seg[2], depth + 1) - model.spared[seg[1]]
         return total
 
     return walk(schedule, 0)

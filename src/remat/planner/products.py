@@ -17,14 +17,12 @@ read by the residual addition) is not recomputed there at all, saved or not. Fig
 per stage twice: as an inner stage of a block (`INNER`) and as its last (`LAST`).
 
 >>> import remat as rm
->>> from remat.planner.stages import stages
->>> from remat.planner.peak import ALL, traced_step
+>>> from remat.planner.chain import chain_model
 >>> layer = lambda h, w: h + rm.tanh(h @ w)
 >>> g = rm.make_graph(lambda x, w: rm.sum(layer(layer(x, w), w)))(rm.ones((4, 4)), rm.ones((4, 4)))
->>> chain = stages(g)
->>> p = saved_products(g, chain, set())
->>> len(p), p.saved[0, 0, len(chain)] == 2 * 4 * 4 * 4  # one kind; the block saves both products
-(1, True)
+>>> model = chain_model(g)  # the first product is a stage of its own: a cut, not a saved value
+>>> len(model.products), int(model.products.saved[0, 0, len(model)])  # one kind; 4 x 4 float32
+(1, 64)
 """
 
 from __future__ import annotations
@@ -124,6 +122,19 @@ def saved_products(graph: Graph, chain: list[Stage], kept: set[Var]) -> SavedPro
     return SavedProducts(nbytes, cost, held, frozen)
 
 
+def tail_costs(graph: Graph, chain: list[Stage], kept: set[Var]) -> np.ndarray:
+    """Per stage, the cost of its nodes a block ending with it does not run again: those that
+    only lead to the block's outputs (the backward has their cotangents), not to what the
+    gradient keeps."""
+    out = np.zeros(len(chain))
+    for k, stage in enumerate(chain):
+        nodes = graph.nodes[stage.start : stage.stop]
+        made = {v for n in nodes for v in n.outputs}
+        needed = _needed(nodes, made & kept, made)
+        out[k] = sum(node_cost(n) for n in nodes if not needed.intersection(n.outputs))
+    return out
+
+
 def _needed(nodes: list, wanted: set[Var], made: set[Var]) -> set[Var]:
     """The values of the stage its recomputation makes to remake `wanted`."""
     needed = set(wanted)
@@ -133,4 +144,4 @@ def _needed(nodes: list, wanted: set[Var], made: set[Var]) -> set[Var]:
     return needed
 
 
-__all__ = ["SavedProducts", "saved_products", "KINDS"]
+__all__ = ["SavedProducts", "saved_products", "tail_costs", "KINDS"]

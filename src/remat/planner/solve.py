@@ -6,12 +6,13 @@ whether a plan fits. A strategy whose plan turns out over budget is asked again 
 smaller by the overshoot, a few times, before it gives up. A step traced for XLA must also fit
 as XLA counts it (`remat.planner.target`): the plan chosen is compiled and, while it is over,
 everything is planned again for less than the plan's own count by that overshoot.
-`strategy=None` ("auto") takes the plan of least recomputation among those that fit: the chain
-DP's, the chain DP's for the smaller budgets of a fixed ladder (`RUNGS`: a plan that fits less
-fits more, so a bigger budget never gets a costlier plan than these), the MILP's (started from
-all of those and the sqrt plan) and the segment plans of `sqrt.segment_plans`. Auto skips the
-MILP when a plan that fits recomputes nothing. Every strategy bounds its work, not its time, so
-the same graph and budget always give the same plan. When nothing fits, the error states the
+`strategy=None` ("auto") takes the chain DP's plan (`remat.planner.chain`: nested blocks, and
+blocks saving their matrix products) for the budget of a ladder around the one asked (`LADDER`,
+all from one DP table) whose plan recomputes least and fits by the exact count; the segment plans
+of `sqrt.segment_plans` only when none does. It plans a 64-layer MLP or an 8-block transformer
+in well under a second. `strategy="milp"` runs the MILP (`remat.planner.milp`) from the chain's
+plans: seconds to minutes, and never worse than they are. Every strategy bounds its work, not
+its time, so the same graph and budget always give the same plan. When nothing fits, the error states the
 smallest peak found, in bytes and as a fraction, and the budget that works.
 
 >>> import remat as rm
@@ -122,9 +123,9 @@ def _plan(graph: Graph, memory_budget, strategy, step: Step, target: Target) -> 
     return PlanReport(
         strategy=plan.strategy, memory_budget=memory_budget, budget_bytes=limit, predicted_peak=peak,
         base_bytes=count.base, unplanned_peak=count.base + count.activation, recomputed=recomputed_values(graph, plan),
-        extra_flops=extra_flops(graph, plan, step), step_flops=flops(unplanned), extra_cost=extra_cost(graph, plan, step),
-        step_cost=cost(unplanned), solver_status=status, solver_time=time.perf_counter() - started, plan=plan,
-        counted_by=str(target))
+        extra_flops=extra_flops(graph, plan, step), step_flops=flops(unplanned),
+        extra_cost=extra_cost(graph, plan, step), step_cost=cost(unplanned), solver_status=status,
+        solver_time=time.perf_counter() - started, plan=plan, counted_by=str(target))
 
 
 def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: StepCount) -> tuple[Plan, int, str]:
@@ -185,8 +186,9 @@ def _candidates(graph: Graph, limit: int, name: str, step: Step) -> Found:
     chain = _module("chain")
     if name in ("chain", "auto") and chain is not None:
         found += _chain_ladder(graph, limit, step, chain)
-    if name == "milp":
-        found += _milp(graph, limit, step, [])
+    if name == "milp":  # started from the chain DP's plans: never worse than them
+        start = _chain_ladder(graph, limit, step, chain) if chain is not None else []
+        found += _milp(graph, limit, step, [p for p, peak, _ in start if peak <= limit])
     if name == "auto" and not any(peak <= limit for _, peak, _ in found):
         found += _segments(graph, limit, step, stop_at_fit=True)  # the chain DP's schedules hold these
     return found
