@@ -51,6 +51,8 @@ TRIES = 6  # how often a strategy is asked again with a budget tightened by its 
 # was over the exact count by up to a fifth of it on a 256-layer MLP, under it by a few percent.
 LADDER = (-0.2, -0.12, -0.08, -0.05, -0.03, -0.02, -0.01, 0.0, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.1,
           0.13, 0.16, 0.2, 0.25)
+SPREAD = 0.03  # how much more than on the plan for the budget itself the model may be over on another
+WIDER = (0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)  # when even the ladder's top fits
 
 _REPORTS: ContextVar[list | None] = ContextVar("remat_plan_reports", default=None)
 
@@ -219,42 +221,46 @@ def _named(plan: Plan | None, status: str) -> tuple[Plan, str] | None:
 
 
 def _chain_ladder(graph: Graph, limit: int, step: Step, chain) -> Found:
-    """The cheapest chain plan that fits `limit` by the exact count, among the DP's plans for
-    the budgets of a ladder (`LADDER`) around it, all from one DP table. The DP's model of
-    memory is not the count: mostly over it (a plan for a larger budget fits, and recomputes
-    less), sometimes under (one for a smaller budget is needed). A plan for a larger budget
-    recomputes no more and mostly peaks no lower: the search takes the plan for the budget
-    itself, then the one whose prediction less the first plan's overestimate is the budget,
-    then the largest budget whose plan fits between those that do and do not."""
+    """Chain plans with their exact counts, the cheapest that fits `limit` among them: the DP's
+    plans for the budgets of a ladder (`LADDER`) around it, all from one DP table. The DP's
+    model of memory is not the count: mostly over it (a plan for a larger budget fits, and
+    recomputes less), sometimes under (one for a smaller budget is needed); on a long chain the
+    table's coarse units waste much of its budget, and when even the ladder's top plan fits, a
+    second table takes the budgets of `WIDER`."""
     activation = activation_bytes(graph, step)
-    budgets = sorted({max(limit + int(activation * share), 0) for share in LADDER})
-    made = dict.fromkeys(p for p in chain.plan_chains(graph, budgets, step) if p is not None)
-    plans, predicted = [p for p, _ in made], [peak for _, peak in made]
     found: Found = []
-    peaks: dict[int, int] = {}
-
-    def fits(i: int) -> bool:
-        if i not in peaks:
-            peaks[i] = total_peak(graph, plans[i], step)
-            found.append((plans[i], peaks[i], "optimal for the chain"))
-        return peaks[i] <= limit
-
-    if not plans:
-        return found
-    first = min(next((i for i, p in enumerate(predicted) if p >= limit), len(plans) - 1), len(plans) - 1)
-    low, high = -1, len(plans)
-    if fits(first):
-        over = predicted[first] - peaks[first]
-        guess = max((i for i, p in enumerate(predicted) if p - over <= limit), default=first)
-        low = first
-        if guess > first:
-            low, high = (guess, high) if fits(guess) else (low, guess)
-    else:
-        high = first
-    while high - low > 1:  # the largest that fits, between one that does and one that does not
-        mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid)
+    over = None
+    for shares in (LADDER, WIDER):
+        budgets = sorted({max(limit + int(activation * share), 0) for share in shares})
+        made = list(dict.fromkeys(p for p in chain.plan_chains(graph, budgets, step) if p is not None))
+        if not made:
+            break
+        if over is None:  # the model's overestimate, on the plan for the budget itself
+            plan, predicted = made[min(budgets.index(limit), len(made) - 1)]
+            peak = total_peak(graph, plan, step)
+            found.append((plan, peak, "optimal for the chain"))
+            over = predicted - peak
+        top_fits = _first_that_fits(graph, limit, step, made, over + int(SPREAD * activation), found)
+        if not top_fits:
+            break
     return found
+
+
+def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int, found: Found) -> bool:
+    """Counts exactly the plans `made` (with their predicted peaks, by budget) whose prediction
+    less `over`, the most the model may overestimate it, is within `limit`, from the largest budget down (it
+    recomputes least), until one fits; adds them to `found`. Whether the largest fits."""
+    for i in reversed(range(len(made))):
+        plan, predicted = made[i]
+        if predicted - over > limit:
+            continue
+        peak = next((pk for p, pk, _ in found if p == plan), None)
+        if peak is None:
+            peak = total_peak(graph, plan, step)
+            found.append((plan, peak, "optimal for the chain"))
+        if peak <= limit:
+            return i == len(made) - 1
+    return False
 
 
 def _milp(graph: Graph, limit: int, step: Step, start: list[Plan]) -> Found:
