@@ -329,9 +329,8 @@ def _frugal_plans(graph: Graph, unplanned: int, step: Step) -> list[tuple[Plan, 
         least = chain.least_plan(graph, step)
         low = total_peak(graph, least, step)
         plans.append((least, low))
-        for k in range(1, 8):
-            plan = chain.plan_chain(graph, low + (unplanned - low) * k // 8, step)
-            plans += [] if plan is None else [(plan, total_peak(graph, plan, step))]
+        budgets = [low + (unplanned - low) * k // 8 for k in range(1, 8)]
+        plans += [(p, total_peak(graph, p, step)) for p, _ in filter(None, chain.plan_chains(graph, budgets, step))]
     return plans
 
 
