@@ -365,53 +365,72 @@ def cheapest(model: ChainModel, budget: int) -> Schedule | None:
     return cheapest_each(model, [budget])[0]
 
 
-def cheapest_each(model: ChainModel, budgets: list[int]) -> list[Schedule | None]:
+def cheapest_each(model: ChainModel, budgets: list[int], top: int | None = None) -> list[Schedule | None]:
     """`cheapest` for each budget, from one table: the table's entries depend on the room left,
-    `top - held`, so the table built for the largest budget answers a smaller one from held =
-    the difference (in that table's units, which are coarser for a small budget)."""
+    `top - held`, so the table built for the largest budget (or for `top`, when given: budgets
+    above it are planned as `top`) answers a smaller one from held = the difference, in that
+    table's units (coarser for a small budget than its own table's)."""
     n = len(model)
-    if n == 0 or max(budgets) < 0:
+    top = max(budgets) if top is None else top
+    if n == 0 or top < 0:
         return [() if b >= 0 else None for b in budgets]
-    q = _unit(model, int(max(budgets)))
-    u = _Units(model, q, int(max(budgets)) // q)
-    top = u.top
-    full = np.full((n + 1, n + 1, top + 2), np.inf)  # held beyond `top` (index top + 1) never fits: inf
-    part = np.full((n + 1, n + 1, top + 2), np.inf)
-    choice = np.full((2, n + 1, n + 1, top + 1), PLAIN, np.int32)
-    k = np.arange(top + 1)
-    prefix = np.concatenate([[0.0], np.cumsum(model.cost)])
-    assert n < SAVING
-    for length in range(1, n + 1):
-        a = np.arange(0, n - length + 1)
-        b = a + length
-        plain_full, plain_part = _plain_costs(u, part, model.cost, a, b, k)
-        low = np.full((len(a), 2 * top + 2), np.inf)
-        pick = np.full((len(a), 2 * top + 2), PLAIN)
-        if length > 1:
-            m = a[:, None] + np.arange(1, length)[None, :]
-            blocks = _block_costs(u, full, prefix, a, b, m, k) - model.spared[m][:, :, None]
-            ends = np.broadcast_to(m[:, :, None], blocks.shape)
-            for t in range(model.kinds):
-                saving = _saving_block_costs(u, full, prefix, model.skipped[t], t, a, b, m, k)
-                saving -= model.spared[m][:, :, None]
-                ends = np.where(saving < blocks, m[:, :, None] + (t + 1) * SAVING, ends)
-                blocks = np.minimum(blocks, saving)
-            at = np.argmin(blocks, axis=1)
-            row = np.arange(len(a))[:, None]
-            low[:, : top + 1], pick[:, : top + 1] = blocks[row, at, k[None, :]], ends[row, at, k[None, :]]
-        shifted = np.minimum(k[None, :] + u.extra[a][:, None], top + 1)
-        for table, plain, at, side in ((full, plain_full, k[None, :], 0), (part, plain_part, shifted, 1)):
-            cands = low[np.arange(len(a))[:, None], at]
-            # A block only where it beats running plainly by more than rounding.
-            better = cands < plain - np.where(np.isfinite(plain), 1e-9 * np.abs(plain), 0.0)
-            table[a, b, : top + 1] = np.where(better, cands, plain)
-            choice[side, a, b] = np.where(better, pick[np.arange(len(a))[:, None], at], PLAIN)
-    out: list[Schedule | None] = []
-    for budget in budgets:
-        held = top - int(budget) // q
-        fits = budget >= 0 and np.isfinite(full[0, n, held])
-        out.append(_rebuild(lambda side, a, b, at: int(choice[side, a, b, at]), model, 0, n, u, held) if fits else None)
-    return out
+    table = _table(model, int(top))
+    return [table.schedule(min(int(b), int(top))) if b >= 0 else None for b in budgets]
+
+
+@lru_cache(maxsize=2)  # a ladder of budgets, or a sweep, reads one graph's table many times
+def _table(model: ChainModel, budget: int) -> _Table:
+    return _Table(model, budget)
+
+
+class _Table:
+    """The DP's tables for a budget: `full` and `part` as in `min_peak`, and the choices."""
+
+    def __init__(self, model: ChainModel, budget: int):
+        n = len(model)
+        q = _unit(model, budget)
+        u = _Units(model, q, budget // q)
+        top = u.top
+        full = np.full((n + 1, n + 1, top + 2), np.inf)  # held beyond `top` (index top + 1) never fits: inf
+        part = np.full((n + 1, n + 1, top + 2), np.inf)
+        choice = np.full((2, n + 1, n + 1, top + 1), PLAIN, np.int32)
+        k = np.arange(top + 1)
+        prefix = np.concatenate([[0.0], np.cumsum(model.cost)])
+        assert n < SAVING
+        for length in range(1, n + 1):
+            a = np.arange(0, n - length + 1)
+            b = a + length
+            plain_full, plain_part = _plain_costs(u, part, model.cost, a, b, k)
+            low = np.full((len(a), 2 * top + 2), np.inf)
+            pick = np.full((len(a), 2 * top + 2), PLAIN)
+            if length > 1:
+                m = a[:, None] + np.arange(1, length)[None, :]
+                blocks = _block_costs(u, full, prefix, a, b, m, k) - model.spared[m][:, :, None]
+                ends = np.broadcast_to(m[:, :, None], blocks.shape)
+                for t in range(model.kinds):
+                    saving = _saving_block_costs(u, full, prefix, model.skipped[t], t, a, b, m, k)
+                    saving -= model.spared[m][:, :, None]
+                    ends = np.where(saving < blocks, m[:, :, None] + (t + 1) * SAVING, ends)
+                    blocks = np.minimum(blocks, saving)
+                at = np.argmin(blocks, axis=1)
+                row = np.arange(len(a))[:, None]
+                low[:, : top + 1], pick[:, : top + 1] = blocks[row, at, k[None, :]], ends[row, at, k[None, :]]
+            shifted = np.minimum(k[None, :] + u.extra[a][:, None], top + 1)
+            for table, plain, at, side in ((full, plain_full, k[None, :], 0), (part, plain_part, shifted, 1)):
+                cands = low[np.arange(len(a))[:, None], at]
+                # A block only where it beats running plainly by more than rounding.
+                better = cands < plain - np.where(np.isfinite(plain), 1e-9 * np.abs(plain), 0.0)
+                table[a, b, : top + 1] = np.where(better, cands, plain)
+                choice[side, a, b] = np.where(better, pick[np.arange(len(a))[:, None], at], PLAIN)
+        self.model, self.units, self.full, self.choice = model, u, full, choice
+
+    def schedule(self, budget: int) -> Schedule | None:
+        """The cheapest schedule within `budget` (at most the table's), None when none fits."""
+        u, n = self.units, len(self.model)
+        held = u.top - budget // u.q
+        if not np.isfinite(self.full[0, n, held]):
+            return None
+        return _rebuild(lambda side, a, b, at: int(self.choice[side, a, b, at]), self.model, 0, n, u, held)
 
 
 def _unit(model: ChainModel, budget: int) -> int:
@@ -435,7 +454,7 @@ class _Units:
         def up(x):
             return -(-np.asarray(x, np.int64) // q)
 
-        self.top = top
+        self.q, self.top = q, top
         self.out, self.kept, self.ct, self.pend = up(model.out), up(model.kept), up(model.ct), up(model.pend)
         self.extra = up(np.concatenate([[0], model.extra]))[:-1]  # extra[a]: x_a beyond kept[a-1]
         self.block_fwd = up(model.block_fwd)
@@ -600,8 +619,13 @@ def plan_chains(graph: Graph, budgets: list[int], step: Step = ALL) -> list[tupl
     base = base_bytes(graph)
     low, frugal = min_peak(model)
     rooms = [int(b) - base for b in budgets]
-    able = sorted({r for r in rooms if r >= low} | {low})
-    found = dict(zip(able, cheapest_each(model, able)))
+    # One table for every budget of the graph (its own top: the step without a plan), so that
+    # each budget chooses among the same plans: a bigger budget never gets a costlier one.
+    plain = tuple(range(len(model)))
+    top = max(schedule_peak(model, plain), low)
+    able = sorted({r for r in rooms if low <= r < top} | {low})
+    found = dict(zip(able, cheapest_each(model, able, top)))
+    found.update((r, plain) for r in rooms if r >= top)  # room for the step without a plan
     least = found[low] or frugal  # as `_least`
     least_peak = None
     plans: list[tuple[Plan, int] | None] = []

@@ -47,12 +47,11 @@ from remat.planner.target import Target
 from remat.timeline import inline
 
 TRIES = 6  # how often a strategy is asked again with a budget tightened by its overshoot
-# The chain DP's budgets around the one asked for, as shares of the activation memory: the model
-# was over the exact count by up to a fifth of it on a 256-layer MLP, under it by a few percent.
-LADDER = (-0.2, -0.12, -0.08, -0.05, -0.03, -0.02, -0.01, 0.0, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.1,
-          0.13, 0.16, 0.2, 0.25)
+# The chain DP's budgets around the one asked for, as shares of the activation memory (one table
+# answers them all): the model was over the exact count by up to a fifth of it on a 256-layer
+# MLP, under it by a few percent.
+LADDER = tuple(k / 100 for k in range(-20, 31))
 SPREAD = 0.03  # how much more than on the plan for the budget itself the model may be over on another
-WIDER = (0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)  # when even the ladder's top fits
 
 _REPORTS: ContextVar[list | None] = ContextVar("remat_plan_reports", default=None)
 
@@ -222,31 +221,23 @@ def _named(plan: Plan | None, status: str) -> tuple[Plan, str] | None:
 
 def _chain_ladder(graph: Graph, limit: int, step: Step, chain) -> Found:
     """Chain plans with their exact counts, the cheapest that fits `limit` among them: the DP's
-    plans for the budgets of a ladder (`LADDER`) around it, all from one DP table. The DP's
-    model of memory is not the count: mostly over it (a plan for a larger budget fits, and
-    recomputes less), sometimes under (one for a smaller budget is needed); on a long chain the
-    table's coarse units waste much of its budget, and when even the ladder's top plan fits, a
-    second table takes the budgets of `WIDER`."""
+    plans for the budgets of a ladder (`LADDER`) around it, from the graph's one DP table (every
+    budget chooses among the same plans). The DP's model of memory is not the count: mostly over
+    it (a plan for a larger budget fits, and recomputes less), sometimes under (one for a
+    smaller budget is needed)."""
     activation = activation_bytes(graph, step)
-    found: Found = []
-    over = None
-    for shares in (LADDER, WIDER):
-        budgets = sorted({max(limit + int(activation * share), 0) for share in shares})
-        made = list(dict.fromkeys(p for p in chain.plan_chains(graph, budgets, step) if p is not None))
-        if not made:
-            break
-        if over is None:  # the model's overestimate, on the plan for the budget itself
-            plan, predicted = made[min(budgets.index(limit), len(made) - 1)]
-            peak = total_peak(graph, plan, step)
-            found.append((plan, peak, "optimal for the chain"))
-            over = predicted - peak
-        top_fits = _first_that_fits(graph, limit, step, made, over + int(SPREAD * activation), found)
-        if not top_fits:
-            break
+    budgets = sorted({max(limit + int(activation * share), 0) for share in LADDER})
+    made = list(dict.fromkeys(p for p in chain.plan_chains(graph, budgets, step) if p is not None))
+    if not made:
+        return []
+    plan, predicted = made[min(budgets.index(limit), len(made) - 1)]
+    found: Found = [(plan, total_peak(graph, plan, step), "optimal for the chain")]
+    over = predicted - found[0][1]  # the model's overestimate, on the plan for the budget itself
+    _first_that_fits(graph, limit, step, made, over + int(SPREAD * activation), found)
     return found
 
 
-def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int, found: Found) -> bool:
+def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int, found: Found) -> None:
     """Counts exactly the plans `made` (with their predicted peaks, by budget) whose prediction
     less `over`, the most the model may overestimate it, is within `limit`, from the largest budget down (it
     recomputes least), until one fits; adds them to `found`. Whether the largest fits."""
