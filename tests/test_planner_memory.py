@@ -25,7 +25,7 @@ MiB = 2**20
 
 @pytest.fixture(scope="module", params=planner.MODELS)
 def measured(request) -> dict:
-    return planner.measure_model(request.param, backends=["numpy", "xla"], budgets=planner.BUDGETS, timing=False,
+    return planner.measure_model(request.param, backends=["numpy", "xla"], budgets=planner.BUDGETS, time_steps=False,
                                  log=lambda _: None)
 
 
@@ -143,6 +143,32 @@ def test_budget_checks_name_each_miss_with_its_figures():
         "mlp xla budget 25%: predicted 10.00 MiB vs measured 9.00 MiB",
         "mlp xla budget 25%: gradients differ (largest relative difference 1.0e-03)",
     ]
+
+
+def test_sweep_checks_name_a_peak_over_a_wrong_prediction_a_rise_and_a_slower_larger_budget():
+    ok = {"base": MiB, "grads": {"equal": True, "max_rel": 0.0}}
+    rows = {("numpy", "none"): _row(40, [1.0, 1.0]),
+            ("numpy", 0.2): _row(10, [1.4, 1.4], budget=10 * MiB, predicted=10 * MiB, **ok),
+            ("numpy", 0.4): _row(9, [1.2, 1.2], budget=20 * MiB, predicted=9 * MiB, **ok),  # below the smaller's
+            ("numpy", 0.6): _row(26, [1.3, 1.3], budget=24 * MiB, predicted=22 * MiB, **ok),  # over; slower
+            ("numpy", 0.8): _row(30, [1.1, 1.1], budget=32 * MiB, predicted=30 * MiB, **ok)}
+    assert planner.sweep_checks(_result(rows, [1.0, 1.0])) == [
+        "mlp numpy budget 40%: peak 9.00 MiB below the smaller budget's",
+        "mlp numpy budget 60%: measured 26.00 MiB over the budget 24.00 MiB + 3%",
+        "mlp numpy budget 60%: predicted 22.00 MiB, counted 26.00 MiB",
+        "mlp numpy budget 60%: time 1.30x above the smaller budget's 1.20x (+0.02 noise)",
+    ]
+    xla = {("xla", 0.5): _row(9, [], budget=10 * MiB, predicted=10 * MiB, xla_own=10 * MiB, **ok)}
+    assert planner.sweep_checks(_result(xla, [])) == []  # resident memory under XLA's own count
+
+
+@pytest.mark.claims
+def test_a_quick_sweep_measures_and_times_every_budget(capsys):
+    assert planner.run(quick=True, models=["mlp"], frameworks=["remat-numpy"], sweep=3) == 0
+    text = capsys.readouterr().out
+    rows = [line for line in text.splitlines() if line.startswith("| budget")]
+    assert len(rows) == 3 and "budget 100% (none)" in rows[-1]
+    assert all("n/a" not in line for line in rows)  # each budget timed (a shadowed name once skipped it)
 
 
 def test_table_prints_every_plan_with_its_figures():

@@ -7,6 +7,7 @@ scope; the checkpoint captures them.
 
 - `residual_mlp_loss(params, x, plan)`: L layers of `h + tanh(h @ w + b)`, loss `mean(h * h)`.
 - `gpt_loss(params, data, plan, heads)`: a pre-norm transformer, next-token cross-entropy.
+- `unet_loss(params, x, plan)`: a U-Net-like MLP, each up layer adding its mirror's output.
 - `scanned_mlp_loss(stacked, x, checkpoint)`: the residual MLP as one `rm.scan` over stacked
   weights; `checkpoint` is `rm.scan`'s (None, "step", `rm.loops.segments(k)`, `rm.loops.binomial(s)`).
 - `scanned_gpt_loss(stacked, data, checkpoint, heads)`: the GPT-style model with its blocks' weights
@@ -84,6 +85,46 @@ def residual_mlp(params, x, plan: str | int = "none", policy=None):
 
 def residual_mlp_loss(params, x, plan: str | int = "none", policy=None):
     h = residual_mlp(params, x, plan, policy)
+    return rm.mean(h * h)
+
+
+# ---------------------------------------------------------------- U-Net-like MLP
+
+
+def unet_loss(params, x, plan: str | int = "none", policy=None):
+    """A U-Net-like MLP, the long skip connections a chain of layers lacks: the first half of
+    the layers is a down path of `h + tanh(h @ w + b)`, each output kept for its mirror; the
+    second half an up path of `h + tanh(h @ w + b) + skip`, the last up layer reading the first
+    down layer's output. Loss `mean(h * h)`. Each path is checkpointed as `plan` says (its
+    segments return or take their layers' skips)."""
+    half = len(params) // 2
+    seg = segment_length(plan, half)
+    policy = rm.policies.dots_saveable if plan == "dots" else policy
+
+    def down(h, layers):
+        skips = []
+        for w, b in layers:
+            h = h + rm.tanh(h @ w + b)
+            skips.append(h)
+        return h, skips
+
+    def up(h, layers, skips):
+        for (w, b), s in zip(layers, skips):
+            h = h + rm.tanh(h @ w + b) + s
+        return h
+
+    groups = segments(half, seg) if seg else [range(half)]
+    h, skips = x, []
+    for group in groups:
+        layers = [params[i] for i in group]
+        run = lambda h, layers=layers: down(h, layers)  # noqa: E731
+        h, made = rm.checkpoint(run, h, policy=policy) if seg else run(h)
+        skips += list(made)
+    mirror = skips[::-1]
+    for group in groups:
+        layers, skip = [params[half + i] for i in group], [mirror[i] for i in group]
+        run = lambda h, skip, layers=layers: up(h, layers, skip)  # noqa: E731
+        h = rm.checkpoint(run, h, skip, policy=policy) if seg else run(h, skip)
     return rm.mean(h * h)
 
 

@@ -38,6 +38,15 @@ class MLP:
 
 
 @dataclass(frozen=True)
+class UNet(MLP):
+    """`MLP`'s layers as a U-Net: a down path, then an up path whose layers add their mirror's
+    output (`remat.models.unet_loss`)."""
+
+    def describe(self) -> str:
+        return "U-Net-like " + super().describe()
+
+
+@dataclass(frozen=True)
 class GPT:
     """A pre-norm transformer: token and position embeddings, `layers` blocks of causal
     multi-head attention and a GELU MLP (4x wide), a final layer norm, next-token loss."""
@@ -113,8 +122,10 @@ SIZES = {
     # memory follows live memory in every framework (smaller ones stay in malloc's heap once freed).
     ("rnn", False): RNN(steps=1000, width=256, inputs=32, batch=128),
     ("rnn", True): RNN(steps=16, width=32, inputs=8, batch=4),
+    ("unet", False): UNet(depth=32, width=256, batch=1024),
+    ("unet", True): UNet(depth=8, width=64, batch=256),
 }
-KINDS = {cls.__name__: cls for cls in (MLP, GPT, ScannedMLP, ScannedGPT, RNN)}
+KINDS = {cls.__name__: cls for cls in (MLP, GPT, ScannedMLP, ScannedGPT, RNN, UNet)}
 _MODEL_OF = {type(size): model for (model, _), size in SIZES.items()}
 
 
@@ -134,7 +145,10 @@ def loss_of(size, plan, losses: dict[str, Callable]) -> Callable:
     """`size`'s model's loss in one framework, as a function of (params, data). `losses` holds
     that framework's loss of each model, by its name in `MODELS`, taking (params, data, plan)
     and a GPT's number of heads; `plan` is as that framework takes it."""
-    loss = losses[_MODEL_OF[type(size)]]
+    model = _MODEL_OF[type(size)]
+    if model not in losses:
+        raise NotSupported(f"this framework's benchmark has no {model} model")
+    loss = losses[model]
     heads = (size.heads,) if isinstance(size, GPT) else ()
     return lambda params, data: loss(params, data, plan, *heads)
 

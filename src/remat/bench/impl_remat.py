@@ -7,7 +7,7 @@ import numpy as np
 import remat as rm
 from remat.bench.config import loss_of
 from remat.bench.timing import ready
-from remat.models import gpt_loss, residual_mlp_loss, rnn_loss, scanned_gpt_loss, scanned_mlp_loss
+from remat.models import gpt_loss, residual_mlp_loss, rnn_loss, scanned_gpt_loss, scanned_mlp_loss, unet_loss
 
 # A loop model's plan as `rm.scan`'s checkpoint= (made when asked: the schedules are values).
 SCHEDULES = {"none": lambda: None, "step": lambda: "step", "sqrt": rm.loops.segments, "binomial": rm.loops.binomial}
@@ -15,7 +15,8 @@ SCHEDULES = {"none": lambda: None, "step": lambda: "step", "sqrt": rm.loops.segm
 
 # Each model's loss, taking (params, data, plan or a loop model's schedule, a GPT's heads).
 LOSSES = {"mlp": residual_mlp_loss, "gpt": gpt_loss, "scanned-mlp": scanned_mlp_loss,
-          "scanned-gpt": scanned_gpt_loss, "rnn": lambda p, d, ck: rnn_loss(p, d[0], d[1], ck)}
+          "scanned-gpt": scanned_gpt_loss, "rnn": lambda p, d, ck: rnn_loss(p, d[0], d[1], ck),
+          "unet": unet_loss}
 
 
 def loss_fn(size, plan: str):

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from remat.bench import timing
-from remat.bench.config import GPT, MLP, PLAN_NAMES, inputs, size_from_dict, size_to_dict
+from remat.bench.config import GPT, MLP, PLAN_NAMES, UNet, inputs, size_from_dict, size_to_dict
 
 SIZES = {
     # Activations dominate the parameters: 64 layers of (1024, 128) float32 (512 KiB each, above
@@ -54,8 +54,15 @@ SIZES = {
     # Attention scores (16, 4, 128, 128) are 4 MiB a block; the weights are 1.6 MiB in all.
     ("gpt", False): GPT(layers=8, d_model=64, heads=4, seq=128, batch=16, vocab=256),
     ("gpt", True): GPT(layers=2, d_model=32, heads=2, seq=64, batch=8, vocab=64),
+    # Long skip connections: each up layer reads its mirror's output, so a cut holds every skip
+    # still to be read (the down path's are all live at the bottleneck).
+    ("unet", False): UNet(depth=32, width=128, batch=1024),
+    ("unet", True): UNet(depth=8, width=64, batch=512),
 }
-MODELS = ("mlp", "gpt")
+MODELS = ("mlp", "gpt", "unet")
+# The sweep's bars (issue 28): measured peak within the budget + 3%, the prediction within 3% of
+# it, the peak never rising as the budget shrinks, the time never rising as it grows (beyond noise).
+SWEEP_OVER, SWEEP_PREDICTED = 0.03, 0.03
 HAND = ("none", "layer", "sqrt", "dots")
 BUDGETS = (0.25, 0.5, 0.75)  # the issue's budgets
 SWEEP = (0.15, 0.35, 0.6, 0.9)  # more points on the curve
@@ -182,7 +189,7 @@ def _jobs(jobs: list[dict], processes: int) -> list[dict]:
 
 
 def measure_model(model: str, quick: bool = False, backends=None, budgets=None, log=print,
-                  timing: bool = True) -> dict:
+                  time_steps: bool = True) -> dict:
     """`{"model", "size", "rows": {(backend, plan): {...}}, "noise": {backend: [ratios]},
     "infeasible": {budget: message}, "timed_plans": {backend: [fingerprints]}}` for one model."""
     size = SIZES[model, quick]
@@ -205,7 +212,7 @@ def measure_model(model: str, quick: bool = False, backends=None, budgets=None, 
     rows = {k: r for k, r in rows.items() if k[1] not in infeasible}
     feasible = [b for b in budgets if b not in infeasible]
     noise, timed = {}, {}
-    for be in backends if timing else ():
+    for be in backends if time_steps else ():
         plans = plans_for(be, feasible)
         entries = [(FRAMEWORK[be], p) for p in ["none", *plans]]  # "none" twice: the noise control
         (res,) = _jobs([{"job": "planner-time", "size": sized, "rounds": ROUNDS[quick], "entries": entries}], 1)
@@ -422,22 +429,93 @@ def _plot_pareto(ax, result: dict) -> None:
     ax.legend(fontsize=7)
 
 
+# ---------------------------------------------------------------- the sweep: many budgets
+
+
+def smallest_budget(model: str, backend: str, quick: bool) -> float:
+    """The smallest `memory_budget=` fraction the planner meets for `model`'s step on `backend`
+    (its refusal names it, rounded up to a hundredth)."""
+    import remat as rm
+    from remat.bench import impl_remat
+
+    size = SIZES[model, quick]
+    params, data = inputs(size)
+    try:
+        rm.memory.plan_report(impl_remat.loss_fn(size, "none"), params, data, memory_budget=0.001, argnums=0,
+                              backend=backend)
+    except rm.errors.BudgetTooSmall as e:
+        return float(re.search(r"\(or ([0-9.]+)\)", str(e)).group(1))
+    return 0.001
+
+
+def sweep_model(model: str, quick: bool, backends, points: int, log=print, time_steps: bool = True) -> dict:
+    """`measure_model` at `points` budgets evenly spaced from the smallest each backend meets to
+    the whole step (each backend's own: a fraction is of its own count of the unplanned step)."""
+    merged: dict = {"model": model, "size": SIZES[model, quick], "rows": {}, "noise": {}, "infeasible": {},
+                    "timed_plans": {}}
+    for be in backends:
+        if be == "torch":
+            continue
+        low = smallest_budget(model, be, quick)
+        budgets = [float(b) for b in np.round(np.linspace(low, 1.0, points), 3)]
+        log(f"{model} on {be}: {points} budgets from {low:g}")
+        one = measure_model(model, quick, [be], budgets=budgets, log=log, time_steps=time_steps)
+        for key in ("rows", "noise", "infeasible", "timed_plans"):
+            merged[key].update(one[key])
+    return merged
+
+
+def sweep_checks(result: dict) -> list[str]:
+    """The sweep's bars for each backend's planned rows, in order of budget: within the budget
+    (+3%), predicted within 3% (on XLA of its buffer report, which the plan is counted by; the
+    resident memory, `peak`, must be within the budget), the peak never above that of a larger
+    budget, the time never above a smaller budget's beyond the noise."""
+    fails = []
+    for be in {b for b, _ in result["rows"]}:
+        planned = sorted((p, r) for (b, p), r in result["rows"].items() if b == be and isinstance(p, float)
+                         and "peak" in r)
+        ratios = result["noise"].get(be)
+        tol = noise_of(ratios) if ratios else 0.0
+        none = result["rows"].get((be, "none"), {})
+        for k, (plan, row) in enumerate(planned):
+            name = f"{result['model']} {be} {plan_label(plan)}"
+            counted = row.get("xla_own", row["peak"])
+            if row["peak"] + row["base"] > (1 + SWEEP_OVER) * (row["budget"] + row["base"]):
+                fails.append(f"{name}: measured {row['peak'] / MiB:.2f} MiB over the budget "
+                             f"{row['budget'] / MiB:.2f} MiB + 3%")
+            if abs(row["predicted"] - counted) > SWEEP_PREDICTED * (counted + row["base"]):
+                fails.append(f"{name}: predicted {row['predicted'] / MiB:.2f} MiB, counted {counted / MiB:.2f} MiB")
+            if k and counted < planned[k - 1][1].get("xla_own", planned[k - 1][1]["peak"]):
+                fails.append(f"{name}: peak {counted / MiB:.2f} MiB below the smaller budget's")
+            mine, theirs = time_ratio(row, none), k and time_ratio(planned[k - 1][1], none)
+            if k and mine is not None and theirs is not None and mine > theirs + tol:
+                fails.append(f"{name}: time {mine:.2f}x above the smaller budget's {theirs:.2f}x (+{tol:.2f} noise)")
+    return fails
+
+
 # ---------------------------------------------------------------- the whole benchmark
 
 
-def run(quick: bool = False, out: str | None = None, png: str | None = None, models=None, frameworks=None) -> int:
+def run(quick: bool = False, out: str | None = None, png: str | None = None, models=None, frameworks=None,
+        sweep: int | None = None) -> int:
     """Measure, print the tables and the checks (and write them to `out`, the picture to `png`);
-    `models` and `frameworks` are lists of names (all when None). Returns 1 when a check fails."""
+    `models` and `frameworks` are lists of names (all when None). `sweep`: that many budgets
+    from the smallest each backend meets to the whole step, checked against the sweep's bars,
+    instead of the fixed budgets. Returns 1 when a check fails."""
     models, backends = _names(models, frameworks)
     start = time.perf_counter()
     log = lambda msg: print(f"  [{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr)  # noqa: E731
-    results = [measure_model(m, quick, backends, log=log) for m in models]
+    if sweep:
+        backends = [be for be in backends if be != "torch"]
+        results = [sweep_model(m, quick, backends, sweep, log=log) for m in models]
+    else:
+        results = [measure_model(m, quick, backends, log=log) for m in models]
     sections, fails = [], []
     for result in results:
         for be in backends:
             sections.append(table(result, be))
             fails += pareto(result, be)
-        fails += budget_checks(result)
+        fails += sweep_checks(result) if sweep else budget_checks(result)
     sections.append("All checks met." if not fails else "NOT MET:\n" + "\n".join(f"- {f}" for f in fails))
     text = "\n\n".join(sections)
     print(text)
