@@ -52,7 +52,11 @@ from remat.planner.stages import Stage, merged, stages
 from remat.tensor import Tensor
 from remat.trace import new_trace
 
-UNITS = 256  # memory levels of the DP table: finer costs time (O(L³ UNITS)), coarser wastes budget
+# Memory levels of the DP table: finer costs time (O(L³ UNITS)), coarser wastes budget. One table
+# serves every budget of a graph (its top is the step without a plan), so a tight budget gets a
+# fraction of them: a transformer's 25 stages get all 1,024 (its plans at 50-70% of the
+# activation memory came within 0.2 points of the MILP's optimum, against 2 with 256).
+UNITS = 1024
 # The tables' cells (ranges [a, b) × memory levels) at most: a long chain gets fewer levels and
 # at most MOST_STAGES stages (runs of stages merged: fewer places to cut), so planning a deep model
 # does not take the memory it means to save: about 20 bytes a cell, 20 MiB (the tables of 198

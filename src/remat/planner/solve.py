@@ -7,13 +7,14 @@ smaller by the overshoot, a few times, before it gives up. A step traced for XLA
 as XLA counts it (`remat.planner.target`): the plan chosen is compiled and, while it is over,
 everything is planned again for less than the plan's own count by that overshoot.
 `strategy=None` ("auto") takes the chain DP's plan (`remat.planner.chain`: nested blocks, and
-blocks saving their matrix products) for the budget of a ladder around the one asked (`LADDER`,
-all from one DP table) whose plan recomputes least and fits by the exact count; the segment plans
-of `sqrt.segment_plans` only when none does. It plans a 64-layer MLP or an 8-block transformer
-in well under a second. `strategy="milp"` runs the MILP (`remat.planner.milp`) from the chain's
-plans: seconds to minutes, and never worse than they are. Every strategy bounds its work, not
-its time, so the same graph and budget always give the same plan. When nothing fits, the error states the
-smallest peak found, in bytes and as a fraction, and the budget that works.
+blocks saving their matrix products) for the budget of a fixed ladder near the one asked
+(`LADDER`, all from the graph's one DP table) that recomputes least and fits by the exact count;
+the segment plans of `sqrt.segment_plans` only when none does. It plans a 64-layer MLP or an
+8-block transformer in well under a second. `strategy="milp"` runs the MILP
+(`remat.planner.milp`) from the chain's plans: seconds to minutes, and never worse than they
+are. Every strategy bounds its work, not its time, so the same graph and budget always give the
+same plan. When nothing fits, the error states the smallest peak found, in bytes and as a
+fraction, and the budget that works.
 
 >>> import remat as rm
 >>> layer = lambda h: h + rm.tanh(h)
