@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import remat as rm
+from remat.core import OPS, declare
 
 # Tests compare XLA with NumPy and with JAX's own gradients at float32 tolerances, which TF32
 # products (JAX's default for float32 matmuls on recent GPUs, so remat's) miss by ~1e-3. Set
@@ -38,8 +39,6 @@ def rng() -> np.random.Generator:
 def declare_op():
     """`declare` for ops one test makes up, which leave the registry when the test ends: tests that
     check every declared op (each has a JVP rule, each backend lowers it) must not meet them."""
-    from remat.core import OPS, declare
-
     made = []
 
     def declared(name: str, *args, **kwargs):

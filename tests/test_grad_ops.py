@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import remat as rm
+from remat.core import Aval
 from remat.ops import OPS, barrier, index_add
 
 # ---------------------------------------------------------------- input domains
@@ -828,7 +829,6 @@ def test_long_chain_differentiates_without_recursion_error():
 
 
 def test_an_op_declared_without_rules_names_itself_in_reverse_and_forward_mode(declare_op):
-    from remat.core import Aval
     from remat.trace import bind
 
     op = declare_op("test_grad_ops_ruleless", lambda x: Aval(x.shape, x.dtype), None)

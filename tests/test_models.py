@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import remat as rm
+from remat.models import residual_mlp_params, unet_loss
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -243,8 +244,6 @@ def jax_unet_loss(params, x):
 def test_unet_matches_jax_under_every_hand_placed_plan(plan):
     """Each up layer reads its mirror's output: a down segment's checkpoint returns its skips,
     an up segment's takes them."""
-    from remat.models import residual_mlp_params, unet_loss
-
     params = residual_mlp_params(8, WIDTH)
     x = np.random.default_rng(0).normal(size=(BATCH, WIDTH)).astype(np.float32)
     loss, grads = rm.value_and_grad(unet_loss)(params, rm.asarray(x), plan)

@@ -11,8 +11,9 @@ import remat as rm
 from remat import models
 from remat.bench.config import GPT, inputs
 from remat.budget import Budget, parse_budget
+from remat.planner import chain, milp, solve
 from remat.planner import peak as peaks
-from remat.planner import solve
+from remat.planner.cost import cost
 from remat.planner.plan import NO_PLAN, PLANNER, Block, Plan, apply
 from remat.planner.sqrt import plan_sqrt, segment_plans
 from remat.planner.stages import stages
@@ -322,8 +323,6 @@ def test_extra_cost_is_what_the_step_runs_again_not_what_the_block_holds():
     """A block ending with the transformer's MLP never makes its down projection again (only the
     block's output reads it, and the backward has that cotangent): saving it changes nothing,
     and the extra cost counts it neither way."""
-    from remat.planner.cost import cost
-
     fn, args = gpt(2)
     g = rm.make_graph(fn)(*args)
     mlp_stage = next(s for s in stages(g) if [g.nodes[i].op for i in range(s.start, s.stop)].count("matmul") == 2)
@@ -483,8 +482,6 @@ def test_a_bigger_budget_never_gets_a_costlier_plan_nor_a_smaller_one_a_higher_p
 def test_auto_takes_the_chain_plan_of_a_larger_budget_when_it_fits():
     """The DP's model of memory is over the exact count here: its plan for the budget itself
     leaves room unused, and its plan for a larger budget of the ladder fits and recomputes less."""
-    from remat.planner import chain
-
     fn, args = MODELS["mlp32"]()
     g = rm.make_graph(fn)(*args)
     solve._CACHE.clear()
@@ -496,8 +493,6 @@ def test_auto_takes_the_chain_plan_of_a_larger_budget_when_it_fits():
 
 def test_auto_never_runs_the_milp_and_strategy_milp_does(monkeypatch):
     """Auto plans in about a second by the chain DP; the MILP (seconds to minutes) is asked for."""
-    from remat.planner import milp
-
     ran = []
     plan_milp = milp.plan_milp
     monkeypatch.setattr(milp, "plan_milp", lambda *a, **k: ran.append(k) or plan_milp(*a, **k))

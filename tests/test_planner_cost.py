@@ -13,6 +13,7 @@ import pytest
 import remat as rm
 from remat import models
 from remat.bench.config import GPT, inputs
+from remat.core import NOT_DIFFERENTIABLE, Aval
 from remat.planner import cost, solve
 from remat.planner import peak as peaks
 from remat.planner.plan import NO_PLAN
@@ -122,7 +123,6 @@ def test_the_calibration_script_measures_every_weight():
 def test_the_cost_model_and_the_policies_read_what_an_op_declares_of_itself(declare_op):
     """A new op needs no entry in the planner or the policies: its traits say what kind of work it
     is (a view costs nothing, a copy costs the elements it moves, a dot is what dots_saveable keeps)."""
-    from remat.core import NOT_DIFFERENTIABLE, Aval
     from remat.graph import Node, Var
 
     same = lambda x: Aval(x.shape, x.dtype)  # noqa: E731

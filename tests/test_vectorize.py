@@ -5,6 +5,7 @@ import pytest
 
 import remat as rm
 from conftest import run_on
+from remat.core import NOT_DIFFERENTIABLE
 
 
 def arr(rng, *shape):
@@ -136,7 +137,6 @@ def test_vectorize_errors():
 
 
 def test_an_op_without_a_batch_rule_names_itself_under_vmap(declare_op):
-    from remat.core import NOT_DIFFERENTIABLE
     from remat.trace import bind
 
     op = declare_op("test_vectorize_unbatchable", lambda x: x, NOT_DIFFERENTIABLE, batch=None)
