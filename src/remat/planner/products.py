@@ -89,11 +89,12 @@ def _in_block(per_stage: np.ndarray) -> np.ndarray:
 def saved_products(graph: Graph, chain: list[Stage], kept: set[Var]) -> SavedProducts | None:
     """The products of `graph` a chain block over `chain` may save (the module docstring), given
     the values the plain gradient `kept`; None when there are none."""
+    last = {v: i for i, n in enumerate(graph.nodes) for v in n.inputs} | dict.fromkeys(graph.outputs, len(graph.nodes))
     found = []  # (stage, place, node, bytes, cost, bytes kept)
     for k, stage in enumerate(chain):
         nodes = graph.nodes[stage.start : stage.stop]
         made = {v for n in nodes for v in n.outputs}
-        later = {v for n in graph.nodes[stage.stop :] for v in n.inputs} | set(graph.outputs)
+        later = {v for v in made if last.get(v, -1) >= stage.stop}  # read after the stage
         own = made & kept
         for place, wanted in ((INNER, own | (made & later)), (LAST, own)):
             needed = _needed(nodes, wanted, made)
