@@ -29,14 +29,16 @@ import sys
 import tempfile
 import time
 
+import remat as rm
+from remat import models
+from remat.bench.config import GPT, MLP, inputs
+from remat.planner import solve
+
 BUDGETS = (0.9, 0.7, 0.5, 0.35)
 MODELS = ("mlp64", "gpt8", "mlp256")
 
 
 def _step(model: str, quick: bool):
-    from remat import models
-    from remat.bench.config import GPT, MLP, inputs
-
     if model.startswith("mlp"):
         depth = int(model[3:])
         size = MLP(depth=depth // 8, width=32, batch=64) if quick else MLP(depth=depth, width=128, batch=1024)
@@ -48,9 +50,6 @@ def _step(model: str, quick: bool):
 
 def worker(model: str, strategy: str | None, budgets: list[float], quick: bool) -> list[dict]:
     """Plans `model`'s step at each budget in this process; one row per budget."""
-    import remat as rm
-    from remat.planner import solve
-
     fn, args = _step(model, quick)
     graph = rm.make_graph(fn)(*args)
     rows = []
