@@ -53,7 +53,7 @@ from remat import timeline
 from remat.autodiff import backward_pass, replay
 from remat.graph import Graph, Var
 from remat.planner.cost import Weights, current_weights
-from remat.planner.peak import ALL, Step, base_bytes, total_peak, traced_step
+from remat.planner.peak import ALL, Step, base_bytes, once, total_peak, traced_step
 from remat.planner.plan import Block, Plan
 from remat.planner.products import INNER, SavedProducts, saved_products, tail_costs
 from remat.planner.stages import Stage, merged, stages
@@ -390,9 +390,10 @@ def cheapest_each(model: ChainModel, budgets: list[int], top: int | None = None)
     return [table.schedule(min(int(b), int(top))) if b >= 0 else None for b in budgets]
 
 
-@lru_cache(maxsize=2)  # a ladder of budgets, or a sweep, reads one graph's table many times
 def _table(model: ChainModel, budget: int) -> _Table:
-    return _Table(model, budget)
+    """The table for `budget`, built once per plan's search (`peak.once`): the ladder of budgets
+    reads it many times, and it is let go when the search ends (tens of MiB on a long chain)."""
+    return once(("chain table", model, budget), lambda: _Table(model, budget))
 
 
 class _Table:
@@ -434,13 +435,14 @@ class _Table:
                 better = cands < plain - np.where(np.isfinite(plain), 1e-9 * np.abs(plain), 0.0)
                 table[a, b, : top + 1] = np.where(better, cands, plain)
                 choice[side, a, b] = np.where(better, pick[np.arange(len(a))[:, None], at], PLAIN)
-        self.model, self.units, self.full, self.choice = model, u, full, choice
+        self.model, self.units, self.choice = model, u, choice
+        self.whole = full[0, n]  # the cost of the whole chain by the room held; what `schedule` reads of `full`
 
     def schedule(self, budget: int) -> Schedule | None:
         """The cheapest schedule within `budget` (at most the table's), None when none fits."""
         u, n = self.units, len(self.model)
         held = u.top - budget // u.q
-        if not np.isfinite(self.full[0, n, held]):
+        if not np.isfinite(self.whole[held]):
             return None
         return _rebuild(lambda side, a, b, at: int(self.choice[side, a, b, at]), self.model, 0, n, u, held)
 
