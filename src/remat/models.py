@@ -19,6 +19,7 @@ The same models in JAX and PyTorch are in `remat.bench.impl_jax` and `remat.benc
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -101,14 +102,14 @@ def unet_loss(params, x, plan: str | int = "none", policy=None):
     seg = segment_length(plan, half)
     policy = rm.policies.dots_saveable if plan == "dots" else policy
 
-    def down(h, layers):
+    def down(h, *, layers):
         skips = []
         for w, b in layers:
             h = h + rm.tanh(h @ w + b)
             skips.append(h)
         return h, skips
 
-    def up(h, layers, skips):
+    def up(h, skips, *, layers):
         for (w, b), s in zip(layers, skips):
             h = h + rm.tanh(h @ w + b) + s
         return h
@@ -117,13 +118,13 @@ def unet_loss(params, x, plan: str | int = "none", policy=None):
     h, skips = x, []
     for group in groups:
         layers = [params[i] for i in group]
-        run = lambda h, layers=layers: down(h, layers)  # noqa: E731
+        run = functools.partial(down, layers=layers)  # its weights captured, as a user's layer reads them
         h, made = rm.checkpoint(run, h, policy=policy) if seg else run(h)
         skips += list(made)
     mirror = skips[::-1]
     for group in groups:
         layers, skip = [params[half + i] for i in group], [mirror[i] for i in group]
-        run = lambda h, skip, layers=layers: up(h, layers, skip)  # noqa: E731
+        run = functools.partial(up, layers=layers)
         h = rm.checkpoint(run, h, skip, policy=policy) if seg else run(h, skip)
     return rm.mean(h * h)
 
