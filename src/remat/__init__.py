@@ -160,6 +160,7 @@ from remat.ops import (
     zeros_like,
 )
 from remat.precision import default_matmul_precision
+from remat.regions import memory_budget
 from remat.sharding import shard
 from remat.tensor import Tensor
 from remat.trace import asarray, make_graph

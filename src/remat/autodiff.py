@@ -169,12 +169,13 @@ def vjp(fn: Callable, *primals, has_aux: bool = False, rewrite: Rewrite | None =
         out = fn(*tree.unflatten(in_tree, xs))
         return check_aux_pair(out, "vjp", fn) if has_aux else (out, None)
 
-    traced = trace_function(flat_fn, inputs, name=f"vjp({callable_name(fn)})")
+    name, plans = f"vjp({callable_name(fn)})", rewrite is not None  # a rewrite plans the regions
+    traced = trace_function(flat_fn, inputs, name=name, plans_regions=plans)
     if any(_missing_axes(x, traced.out_vaxes) for x in inputs):
         # Under vmap, each entry has its own VJP: an input the entries share gets the outputs'
         # vectorized axes, so entry i's cotangent reaches only entry i's gradient (not the sum).
         inputs = [align_to(x, _missing_axes(x, traced.out_vaxes) + x._vaxes) for x in inputs]
-        traced = trace_function(flat_fn, inputs, name=f"vjp({callable_name(fn)})")
+        traced = trace_function(flat_fn, inputs, name=name, plans_regions=plans)
     graph, trace = traced.graph, current_trace()
     if rewrite is not None:
         graph = rewrite(graph, len(inputs), traced.out_tree.children[0].num_leaves)

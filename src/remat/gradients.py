@@ -1,7 +1,8 @@
 """`rm.grad`, `rm.value_and_grad`, `rm.vjp`: reverse mode (`remat.autodiff`), with the memory
-planner (`remat.planner`) as the rewrite of the step's forward graph when a `memory_budget` is
-given. The budget settings are checked here, where the gradient is made, so that a bad one
-fails at once rather than at the first call.
+planner (`remat.planner`) as the rewrite of the step's forward graph: the regions of
+`rm.memory_budget` in it, and the whole step when a `memory_budget=` is given. The budget
+settings are checked here, where the gradient is made, so that a bad one fails at once rather
+than at the first call.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from remat import autodiff, budget
 from remat.autodiff import Rewrite
 from remat.graph import Graph
-from remat.planner import solve
+from remat.planner import regions, solve
 from remat.planner.peak import Step
 
 
@@ -65,15 +66,18 @@ def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False
     return autodiff.grad(fn, argnums, has_aux, rewrite=_planner(memory_budget, strategy, "grad"))
 
 
-def _planner(memory_budget, strategy, where: str) -> Rewrite | None:
-    """The planner as a rewrite of a step's forward graph: the checkpoints it chooses for
-    `memory_budget` (None without a budget). A bad setting is an error naming `where`."""
+def _planner(memory_budget, strategy, where: str) -> Rewrite:
+    """The planner as a rewrite of a step's forward graph: the regions of `rm.memory_budget`
+    within their budgets, then the whole step within `memory_budget`, if given. A bad setting
+    is an error naming `where`."""
     budget.check(memory_budget, strategy, where)
-    if memory_budget is None:
-        return None
 
     def planned(graph: Graph, wrt: int, seeded: int) -> Graph:
-        return solve.plan_step(graph, memory_budget, strategy, Step(wrt=wrt, seeded=seeded))[0]
+        step = Step(wrt=wrt, seeded=seeded)
+        graph = regions.plan_regions(graph, step)
+        if memory_budget is None:
+            return graph
+        return solve.plan_step(graph, memory_budget, strategy, step)[0]
 
     return planned
 

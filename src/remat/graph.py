@@ -7,12 +7,14 @@
     }
 
 A Var is defined once: as a graph input, a constant, or the output of one node. Blocks (the
-checkpoint) are nodes whose params hold sub-Graphs; the printer indents them.
+checkpoint) are nodes whose params hold sub-Graphs; the printer indents them. A Region marks the
+nodes traced inside `with rm.memory_budget(...)`: the printer shows it as that `with`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -69,14 +71,33 @@ class Node:
         return f"Node({self.op}, {len(self.inputs)} in, {len(self.outputs)} out)"
 
 
-class Graph:
-    """A function in SSA form: `inputs` -> `nodes` -> `outputs`, with `constants` bound to arrays."""
+@dataclass(frozen=True)
+class Region:
+    """The top-level nodes `[start, stop)` of a graph, traced inside `with rm.memory_budget(budget,
+    strategy)` at `source`: a gradient step plans them as a step of their own within `budget`
+    (`remat.planner.regions`). Regions nest; they never overlap otherwise."""
 
-    def __init__(self, inputs, outputs, nodes, constants: dict[Var, np.ndarray] | None = None):
+    start: int
+    stop: int
+    budget: object  # as the user wrote it
+    strategy: str | None = None
+    source: str | None = None
+
+    def holds(self, other: Region) -> bool:
+        return self.start <= other.start and other.stop <= self.stop and self != other
+
+
+class Graph:
+    """A function in SSA form: `inputs` -> `nodes` -> `outputs`, with `constants` bound to arrays;
+    `regions` are the budgeted parts of its nodes (none but where a trace recorded them)."""
+
+    def __init__(self, inputs, outputs, nodes, constants: dict[Var, np.ndarray] | None = None,
+                 regions: tuple[Region, ...] = ()):
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.nodes = list(nodes)
         self.constants = dict(constants or {})
+        self.regions = tuple(regions)
 
     def __str__(self) -> str:
         return "\n".join(_Printer().graph(self, "graph", 0))
@@ -125,8 +146,20 @@ class _Printer:
         for v, value in g.constants.items():
             if v.ndim:
                 lines.append(f"{pad}  {self.decl(v)} = const {_short_array(value)}")
-        for node in g.nodes:
-            lines.extend(self.node(node, g, depth + 1))
+        starts = sorted(g.regions, key=lambda r: (r.start, -r.stop))
+        open_: list[Region] = []
+        for i, node in enumerate(g.nodes):
+            while open_ and open_[-1].stop <= i:
+                open_.pop()
+                lines.append(f"{pad}{'  ' * (len(open_) + 1)}}}")
+            while starts and starts[0].start == i:
+                r = starts.pop(0)
+                strategy = f", strategy={r.strategy!r}" if r.strategy is not None else ""
+                lines.append(f"{pad}{'  ' * (len(open_) + 1)}memory_budget({r.budget!r}{strategy}) {{")
+                open_.append(r)
+            lines.extend(self.node(node, g, depth + 1 + len(open_)))
+        for k in reversed(range(len(open_))):
+            lines.append(f"{pad}{'  ' * (k + 1)}}}")
         outs = ", ".join(self.operand(v, g) for v in g.outputs)
         lines.append(f"{pad}  return {outs}")
         lines.append(f"{pad}}}")

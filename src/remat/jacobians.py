@@ -14,9 +14,10 @@ from collections.abc import Callable
 import numpy as np
 
 from remat import argcheck, dtypes, tree
-from remat.autodiff import check_aux_pair, vjp
+from remat.autodiff import check_aux_pair
 from remat.errors import ArgumentTypeError, DTypeError, callable_name
 from remat.forward import jvp
+from remat.gradients import vjp  # plans the regions of rm.memory_budget, as rm.grad does
 from remat.ops.shape import reshape
 from remat.tensor import Tensor, is_tensor_like
 from remat.trace import argument, asarray

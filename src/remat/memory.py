@@ -547,12 +547,13 @@ def plan_report(fn, *args, memory_budget, strategy=None, argnums=None, backend: 
     """
     if memory_budget is None:
         raise ArgumentValueError("memory.plan_report: memory_budget=None plans nothing; pass a budget, "
-                                 "e.g. memory_budget='300MiB' or memory_budget=0.5")
+                                 "e.g. memory_budget='300MiB' or memory_budget=0.5 (memory_budget=1.0 plans only "
+                                 "the regions of rm.memory_budget in it, shown in the report's `regions`)")
     check_backend(backend, "memory.plan_report")
     with collect_reports() as reports, running_on(Target("xla") if backend == "xla" else NUMPY):
         prog = _program(fn, args, argnums, where="memory.plan_report", memory_budget=memory_budget,
                         strategy=strategy)
-    return dataclasses.replace(reports[-1], kept=tuple(_residuals_of(prog)))
+    return dataclasses.replace(reports[-1], kept=tuple(_residuals_of(prog)), regions=tuple(reports[:-1]))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,7 @@ trace adds an input for it once and remembers the outer tensor — that is how c
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, NamedTuple
@@ -17,7 +18,7 @@ import numpy as np
 from remat import dtypes, tree, values
 from remat.core import OPS, Op, pruned
 from remat.errors import ArgumentTypeError, RematError, ShapeError, TracerError, at_source, user_source
-from remat.graph import Graph, Node, Var, needed
+from remat.graph import Graph, Node, Region, Var, needed
 from remat.tensor import (
     OUTER_READS,
     Tensor,
@@ -44,6 +45,8 @@ class Trace:
         self.captured: list[Var] = []  # Vars of the parent trace, in capture order
         self.capture_vars: list[Var] = []  # the inputs standing for them here
         self._capture_of: dict[Var, Var] = {}
+        self.regions: list[Region] = []  # over `nodes` (see `remat.regions`)
+        self.plans_regions = False  # a gradient plans this trace's regions
         self.active = True
 
     def new_input(self, shape, dtype) -> Tensor:
@@ -102,7 +105,16 @@ class Trace:
         a VJP rule computes every operand's cotangent and the unwanted ones die here."""
 
         out_vars = [self.lift(t) for t in outputs]
-        return needed(self.inputs + self.capture_vars, out_vars, self.nodes, self.constants, pruned)
+        graph = needed(self.inputs + self.capture_vars, out_vars, self.nodes, self.constants, pruned)
+        graph.regions = tuple(filter(None, (self._kept(r, graph) for r in self.regions)))
+        return graph
+
+    def _kept(self, region: Region, graph: Graph) -> Region | None:
+        """`region`'s nodes, of those `graph` kept (in order, so still a run; a pruned loop is
+        a new Node with some of the outputs), as a Region of `graph`; None if none is left."""
+        made = {v for n in self.nodes[region.start : region.stop] for v in n.outputs}
+        kept = [i for i, n in enumerate(graph.nodes) if not made.isdisjoint(n.outputs)]
+        return dataclasses.replace(region, start=kept[0], stop=kept[-1] + 1) if kept else None
 
 
 # The open traces, innermost last, of this thread or asyncio task. An immutable tuple in a
@@ -386,12 +398,14 @@ class Traced(NamedTuple):
         return tree.unflatten(self.out_tree, leaves)
 
 
-def trace_function(fn, args, name: str | None = None) -> Traced:
-    """Trace `fn(*args)` with every array leaf of `args` an input."""
+def trace_function(fn, args, name: str | None = None, plans_regions: bool = False) -> Traced:
+    """Trace `fn(*args)` with every array leaf of `args` an input; `plans_regions`: the caller
+    (a gradient) plans the regions of `rm.memory_budget` traced here."""
     leaves, treedef = tree.flatten(args)
     for leaf in leaves:
         check_argument_leaf(leaf)
     with new_trace(name or getattr(fn, "__name__", "fn")) as t:
+        t.plans_regions = plans_regions
         tensors = [argument(x) for x in leaves]
         inputs = [t.new_input(a._full_shape, a.dtype)._alias(a._vaxes, a._weak) for a in tensors]
         out = fn(*tree.unflatten(treedef, inputs))

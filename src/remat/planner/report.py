@@ -63,6 +63,8 @@ class PlanReport:
     counted_by: str = "the NumPy evaluator"  # whose count of memory the bytes are
     extra_cost: float = 0.0  # what the planner minimised: the recomputation's time by the cost model
     step_cost: float = 0.0  # the unplanned step's, alike
+    region: str | None = None  # the plan of a `with rm.memory_budget(...)` at this line, not of a whole step
+    regions: tuple[PlanReport, ...] = ()  # the step's regions, planned before it (`rm.memory.plan_report`)
 
     @property
     def extra_flops_ratio(self) -> float:
@@ -86,12 +88,22 @@ class PlanReport:
             f"{_flops(self.step_flops)} (predicted time: +{self.extra_time_ratio:.2f} of the step's); "
             f"solver: {self.solver_status} in {self.solver_time:.2f} s",
         ]
+        if self.regions:
+            lines.append("regions planned first, each as a step of its own:")
+            lines += [f"  {r.summary()}" for r in self.regions]
         if self.kept:
             lines += ["kept for the backward pass:", residual_table(list(self.kept))]
         lines += ["recomputed in the backward pass:", recomputed_table(list(self.recomputed))]
         return "\n".join(lines)
 
     __repr__ = __str__
+
+    def summary(self) -> str:
+        """One line: where, the budget, the peak and the recomputation."""
+        where = f"rm.memory_budget at {self.region or 'an unknown line'}" if self.region else "the step"
+        return (f"{where}: strategy {self.strategy}, budget {format_bytes(self.budget_bytes)} "
+                f"(memory_budget={self.memory_budget!r}), predicted peak {format_bytes(self.predicted_peak)}, "
+                f"recomputes +{self.extra_time_ratio:.2f} of its time")
 
 
 def recomputed_table(rows: list[Recomputed]) -> str:

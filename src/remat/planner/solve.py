@@ -70,12 +70,13 @@ def collect_reports() -> Iterator[list[PlanReport]]:
         _REPORTS.reset(token)
 
 
-def plan_step(graph: Graph, memory_budget, strategy, step: Step = ALL) -> tuple[Graph, PlanReport]:
+def plan_step(graph: Graph, memory_budget, strategy, step: Step = ALL,
+              region: str | None = None) -> tuple[Graph, PlanReport]:
     """`graph` with the plan chosen for `memory_budget` applied, and its report. `memory_budget`
     and `strategy` are what a user passes (see `remat.budget`); the step is counted as
     the backend it is traced for counts memory (`remat.planner.target`). A graph planned before
     (the same program, printed alike: an eager `rm.grad` traces anew at every call) reuses its
-    plan."""
+    plan. `region`: the line of the `rm.memory_budget` the graph is the region of, if it is."""
     target = targets.current()
     key = (str(graph), repr(budgets.parse_budget(memory_budget)), budgets.parse_strategy(strategy), step, target)
     report = _CACHE.get(key)
@@ -84,7 +85,7 @@ def plan_step(graph: Graph, memory_budget, strategy, step: Step = ALL) -> tuple[
         _CACHE[key] = report
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
-    report = dataclasses.replace(report, memory_budget=memory_budget)  # as written this time
+    report = dataclasses.replace(report, memory_budget=memory_budget, region=region)  # as written this time
     sink = _REPORTS.get()
     if sink is not None:
         sink.append(report)
