@@ -286,3 +286,31 @@ def test_plan_report_shows_the_regions_planned_before_the_step():
     at = lines.index("regions planned first, each as a step of its own:")
     assert lines[at + 1].startswith(f"  rm.memory_budget at {region.region}: strategy chain, budget ")
     assert "(memory_budget=0.6), predicted peak " in lines[at + 1]
+
+
+def test_a_region_no_gradient_passes_through_is_left_unplanned():
+    def loss(x, y):
+        with rm.memory_budget(0.5):  # below what its forward alone needs: no plan could help
+            z = layers(y, 8)
+        return rm.sum(x * z)
+
+    with solve.collect_reports() as reports:
+        g = rm.grad(loss)(x0(), x0())
+    assert reports == []
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(layers(x0(), 8)))
+
+
+def test_regions_under_vmap_and_with_aux_outputs():
+    def loss(x):
+        with rm.memory_budget(0.8):
+            x = layers(x, 6)
+            aux = rm.mean(x)  # an output of the region the step does not seed
+        return rm.sum(x), aux
+
+    xs = rm.ones((3, WIDTH))
+    with solve.collect_reports() as reports:
+        g, aux = rm.vmap(rm.grad(loss, has_aux=True))(xs)
+    assert reports and all(r.plan.blocks for r in reports)
+    plain_g, plain_aux = rm.vmap(rm.grad(lambda x: (rm.sum(layers(x, 6)), rm.mean(layers(x, 6))), has_aux=True))(xs)
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(plain_g))
+    np.testing.assert_array_equal(np.asarray(aux), np.asarray(plain_aux))

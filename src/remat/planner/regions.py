@@ -4,9 +4,10 @@ A region is planned as a gradient step of its own (`solve.plan_step`): its graph
 its inputs the values they read from outside (the step's inputs, earlier values, captured
 weights), its outputs those read after it. That step differentiates the inputs that depend on
 what the whole step differentiates, and seeds the outputs that the step's seeded outputs depend
-on. Inner regions are planned first, and their blocks are single nodes to the outer plan, as a
-user's checkpoint is: a plan may recompute one whole, never change it. Each region's nodes are
-then emitted as its plan made them, so the values are the step's own.
+on; a region no gradient passes through has nothing to keep, and no plan. Inner regions are
+planned first, and their blocks are single nodes to the outer plan, as a user's checkpoint is:
+a plan may recompute one whole, never change it. Each region's nodes are then emitted as its
+plan made them, so the values are the step's own.
 
 >>> import remat as rm
 >>> def loss(x):
@@ -65,8 +66,9 @@ def _planned(graph: Graph, regions: list[Region], step: Step) -> Graph:
             inner = [_shifted(regions[q], -region.start) for q in range(len(regions)) if _holds(regions, k, q)]
             if inner:
                 part = _planned(part, inner, part_step)
-            planned = _plan(part, region, part_step)
-            env.update(zip(outputs, emit(planned, [env[v] for v in inputs])))
+            if part_step.wrt and part_step.seeded:  # else no gradient passes through: nothing to keep
+                part = _plan(part, region, part_step)
+            env.update(zip(outputs, emit(part, [env[v] for v in inputs])))
             i = region.stop
         return t.to_graph([env[v] for v in graph.outputs])
 
