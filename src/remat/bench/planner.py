@@ -14,9 +14,9 @@ figure is measured as `remat bench` measures it, in processes of their own (`rem
   steps of one backend timed in each round in rotated order. A second, separately built step
   without checkpoints is timed with them: its ratio to the first is the noise of this run.
 - predicted peak, budget in bytes, strategy and FLOPs: the planner's report (a `PlanReport`, as
-  `rm.memory.plan_report` prints it) of the very plan measured, caught while the step is built:
-  planning may differ from one trace to the next, so each process reports its own plan and the
-  tables name the budgets whose timed plan differs from the measured one (`replanned`);
+  `rm.memory.plan_report` prints it) of the very plan measured, caught while the step is built;
+  the step is built again in the timing process, and the tables name any budget whose timed
+  plan is not the one measured (`replanned`: a check that planning is deterministic);
 - gradients: the measured planned step's against the step's without checkpoints, built in the
   same process (bitwise and as the largest relative difference);
 - FLOPs and predicted time: the cost model's count of the whole step (recomputation included)
@@ -116,8 +116,7 @@ def flops_job(job: dict) -> dict:
 
 def memory_job(job: dict) -> dict:
     """`remat.bench.worker.memory_job` for a planned step, plus what the planner reported for the
-    very plan measured (planning may differ from one trace to the next: the MILP runs under a
-    time limit), and whether its gradients equal those of the step without checkpoints."""
+    very plan measured, and whether its gradients equal those of the step without checkpoints."""
     from remat.bench import worker
 
     framework, size = job["framework"], size_from_dict(job["size"])
@@ -368,7 +367,8 @@ def _notes(result: dict, backend: str) -> str:
 
 def replanned(result: dict, backend: str) -> list[float]:
     """The budgets whose plan, built again in the timing process, differs from the plan measured
-    for memory (the MILP runs under a time limit, so two traces may get two plans)."""
+    for memory (none: the planner bounds its work, not its time, and a plan read from the plan
+    cache is the plan stored)."""
     timed = result.get("timed_plans", {}).get(backend, {})
     return [b for b, fp in timed.items() if result["rows"][backend, b]["plan"] != fp]
 

@@ -39,6 +39,12 @@ class Block:
     def nodes(self) -> range:
         return range(self.start, self.stop)
 
+    def __repr__(self) -> str:
+        # `save` sorted: a set prints in an order its history decides (a plan read back from the
+        # plan cache printed otherwise than the same plan made, and named another plan).
+        save = f"frozenset({{{', '.join(map(str, sorted(self.save)))}}})" if self.save else "frozenset()"
+        return f"Block(start={self.start}, stop={self.stop}, inner={self.inner!r}, save={save})"
+
 
 @dataclass(frozen=True)
 class Plan:
