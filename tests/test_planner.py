@@ -11,12 +11,13 @@ import remat as rm
 from remat import models
 from remat.bench.config import GPT, inputs
 from remat.budget import Budget, parse_budget
+from remat.models import residual_mlp_params, unet_loss
 from remat.planner import chain, milp, solve
 from remat.planner import peak as peaks
 from remat.planner.cost import cost
 from remat.planner.plan import NO_PLAN, PLANNER, Block, Plan, apply
 from remat.planner.sqrt import plan_sqrt, segment_plans
-from remat.planner.stages import stages
+from remat.planner.stages import is_chain, stages
 
 
 def mlp(depth=8, width=16, batch=256):
@@ -540,3 +541,24 @@ def test_one_plans_search_works_out_each_exact_peak_once(monkeypatch):
         assert stages(g) is stages(g)
     assert len(counted) == 3
     assert stages(g) is not stages(g) and stages(g) == stages(g)
+
+
+def test_a_unet_is_cut_at_its_layers_and_planned_as_low_as_hand_placed_segments():
+    """Long skips cross the middle of a U-Net: no cut there is as cheap as the bar, and the
+    middle was one stage (the chain refused every budget below ~0.7 of the activation memory on
+    the 32-layer U-Net-like MLP, where √L hand-placed segments reach 0.48). Cut at each layer's
+    end instead, the graph is no chain, and the segment plans are tried beside the DP's."""
+    params, x = residual_mlp_params(16, 32), rm.ones((64, 32))
+    loss = lambda p, x: unet_loss(p, x, "none")  # noqa: E731
+    g = rm.make_graph(loss)(params, x)
+    assert not is_chain(g) and len(stages(g)) >= 16
+    assert is_chain(rm.make_graph(mlp(depth=16)[0])(*mlp(depth=16)[1]))
+    hand = peaks.base_bytes(g) + rm.memory.profile(lambda p, x: unet_loss(p, x, "sqrt"), params, x).peak_bytes
+    with pytest.raises(rm.BudgetTooSmall) as e:
+        rm.grad(loss, memory_budget=1000)(params, x)
+    assert e.value.smallest_budget <= 1.05 * hand
+    with pytest.raises(rm.ArgumentValueError, match="strategy='chain'"):
+        rm.grad(loss, memory_budget=int(1.05 * hand), strategy="chain")(params, x)
+    report = rm.memory.plan_report(loss, params, x, memory_budget=int(1.05 * hand))
+    assert report.predicted_peak <= report.budget_bytes
+    assert_bit_identical(rm.grad(loss, memory_budget=int(1.05 * hand))(params, x), rm.grad(loss)(params, x))

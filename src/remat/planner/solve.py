@@ -44,6 +44,7 @@ from remat.planner.cost import cost, flops
 from remat.planner.peak import ALL, Step, StepCount, activation_bytes, base_bytes, planning, step_graph, total_peak
 from remat.planner.plan import NO_PLAN, Plan, apply
 from remat.planner.report import PlanReport, PlanWarning, extra_cost, extra_flops, recomputed_values
+from remat.planner.stages import is_chain
 from remat.planner.target import Target
 from remat.timeline import inline
 
@@ -194,8 +195,10 @@ def _candidates(graph: Graph, limit: int, name: str, step: Step) -> Found:
     if name == "milp":  # started from the chain DP's plans: never worse than them
         start = _chain_ladder(graph, limit, step, chain) if chain is not None else []
         found += _milp(graph, limit, step, [p for p, peak, _ in start if peak <= limit])
-    if name == "auto" and not any(peak <= limit for _, peak, _ in found):
-        found += _segments(graph, limit, step, stop_at_fit=True)  # the chain DP's schedules hold these
+    if name == "auto" and (not is_chain(graph) or not any(peak <= limit for _, peak, _ in found)):
+        # The chain DP's schedules hold the segment plans, but its model of memory does not know
+        # the skips of a graph that is not a chain: there they may fit where its plans do not.
+        found += _segments(graph, limit, step, stop_at_fit=True)
     return found
 
 

@@ -6,7 +6,12 @@ constants left out (they live anyway). On a residual MLP or a transformer the ch
 those only the residual stream crosses, are the layer boundaries. The cut candidates are the
 positions whose crossing bytes are at most the least crossing found in the middle half of the
 graph (so that the tiny values near the loss do not set the bar); the stages are the runs between
-consecutive candidates.
+consecutive candidates. Long skip connections (a U-Net's) cross the middle of the graph, and
+leave no candidate there. So a run of more than a quarter of the nodes whose ends of layers
+(the local minima of the crossing bytes) are crossed by less than twice the bar somewhere (by
+the residual stream and a few skips; a transformer's attention or an MLP's layer is crossed by
+the stream and as much again inside) is cut again at them, and the graph is not a chain
+(`is_chain`): its skips cross the cuts, which the chain's model of memory does not know.
 
 Both the chain DP and the MILP plan over the stages and emit Blocks over their node ranges.
 
@@ -68,12 +73,34 @@ def crossing_bytes(graph: Graph) -> list[int]:
 
 def cuts(graph: Graph) -> list[int]:
     """The cut candidates, with 0 and n: positions crossed by no more bytes than the cheapest
-    cut of the graph's middle half."""
-    n = len(graph.nodes)
-    cross = crossing_bytes(graph)
+    cut of the graph's middle half, and inside a longer run than a quarter of the nodes, its
+    local minima."""
+    return once(("cuts", graph), lambda: _cuts(graph))
+
+
+def is_chain(graph: Graph) -> bool:
+    """Whether the cheapest cuts alone leave no run of more than a quarter of the nodes."""
+    return once(("is_chain", graph), lambda: len(_coarse(crossing_bytes(graph))[0]) == len(cuts(graph)))
+
+
+def _coarse(cross: list[int]) -> tuple[list[int], int]:
+    """The positions crossed by no more than the bar, with 0 and n, and the bar."""
+    n = len(cross) - 1
     middle = cross[max(1, n // 4) : max(2, 3 * n // 4 + 1)]
     bar = min(middle) if middle else 0
-    return [0] + [i for i in range(1, n) if cross[i] <= bar] + [n] if n else [0]
+    return ([0] + [i for i in range(1, n) if cross[i] <= bar] + [n] if n else [0]), bar
+
+
+def _cuts(graph: Graph) -> list[int]:
+    cross = crossing_bytes(graph)
+    coarse, bar = _coarse(cross)
+    n, out = len(graph.nodes), []
+    for a, b in zip(coarse, coarse[1:]):
+        out.append(a)
+        ends = [i for i in range(a + 1, b) if cross[i] <= min(cross[i - 1], cross[i + 1])]
+        if 4 * (b - a) > n and any(cross[i] < 2 * bar for i in ends):
+            out += ends
+    return out + [n] if n else [0]
 
 
 def stages(graph: Graph, step: Step = ALL) -> list[Stage]:
@@ -127,4 +154,4 @@ def _working_set(graph: Graph, start: int, stop: int) -> int:
     return high
 
 
-__all__ = ["Stage", "stages", "merged", "cuts", "crossing_bytes"]
+__all__ = ["Stage", "stages", "merged", "cuts", "is_chain", "crossing_bytes"]
