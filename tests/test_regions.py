@@ -314,3 +314,19 @@ def test_regions_under_vmap_and_with_aux_outputs():
     plain_g, plain_aux = rm.vmap(rm.grad(lambda x: (rm.sum(layers(x, 6)), rm.mean(layers(x, 6))), has_aux=True))(xs)
     np.testing.assert_array_equal(np.asarray(g), np.asarray(plain_g))
     np.testing.assert_array_equal(np.asarray(aux), np.asarray(plain_aux))
+
+
+def test_eager_vjp_and_value_and_grad_plan_regions():
+    def f(x):
+        with rm.memory_budget(0.8):
+            return layers(x, 6)
+
+    with solve.collect_reports() as reports:
+        y, back = rm.vjp(f, x0())  # eager: the forward runs now, keeping what the plan keeps
+        (g,) = back(rm.ones((WIDTH,)))
+        value, g2 = rm.value_and_grad(lambda x: rm.sum(f(x)))(x0())
+    assert len(reports) == 2 and all(r.plan.blocks for r in reports)
+    plain = rm.grad(lambda x: rm.sum(layers(x, 6)))(x0())
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(plain))
+    np.testing.assert_array_equal(np.asarray(g2), np.asarray(plain))
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(layers(x0(), 6)))
