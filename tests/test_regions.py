@@ -330,3 +330,18 @@ def test_eager_vjp_and_value_and_grad_plan_regions():
     np.testing.assert_array_equal(np.asarray(g), np.asarray(plain))
     np.testing.assert_array_equal(np.asarray(g2), np.asarray(plain))
     np.testing.assert_array_equal(np.asarray(y), np.asarray(layers(x0(), 6)))
+
+
+def test_regions_over_the_same_nodes_print_and_plan_outer_last():
+    def loss(x):
+        with rm.memory_budget(1.0):  # the outer region: planned last, around the inner one's plan
+            with rm.memory_budget(0.8):
+                x = layers(x, 6)
+        return rm.sum(x)
+
+    assert str(rm.make_graph(loss)(rm.ones((4,)))).splitlines()[1:3] == [
+        "  memory_budget(1.0) {", "    memory_budget(0.8) {"]
+    with solve.collect_reports() as reports:
+        rm.grad(loss)(x0())
+    assert [r.memory_budget for r in reports] == [0.8, 1.0] and reports[0].plan.blocks
+    assert not reports[1].plan.blocks  # the inner plan fits the outer budget as it is

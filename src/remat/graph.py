@@ -83,9 +83,6 @@ class Region:
     strategy: str | None = None
     source: str | None = None
 
-    def holds(self, other: Region) -> bool:
-        return self.start <= other.start and other.stop <= self.stop and self != other
-
 
 class Graph:
     """A function in SSA form: `inputs` -> `nodes` -> `outputs`, with `constants` bound to arrays;
@@ -146,7 +143,9 @@ class _Printer:
         for v, value in g.constants.items():
             if v.ndim:
                 lines.append(f"{pad}  {self.decl(v)} = const {_short_array(value)}")
-        starts = sorted(g.regions, key=lambda r: (r.start, -r.stop))
+        # Outer regions first: wider, or over the same nodes and closed later (listed later).
+        order = sorted(range(len(g.regions)), key=lambda k: (g.regions[k].start, -g.regions[k].stop, -k))
+        starts = [g.regions[k] for k in order]
         open_: list[Region] = []
         for i, node in enumerate(g.nodes):
             while open_ and open_[-1].stop <= i:
