@@ -1,8 +1,8 @@
 """`with rm.memory_budget(budget):` — a budget for part of a function.
 
 The nodes traced inside the `with` (or the decorated function) form a Region of the graph being
-traced (`remat.graph.Region`). A gradient step (`rm.grad`, `rm.value_and_grad`, `rm.vjp`, with
-or without a `memory_budget=` of its own) plans each region as a step of its own within its
+traced (`remat.graph.Region`). A gradient step (`rm.grad`, `rm.value_and_grad`, `rm.vjp`,
+`rm.jacrev`, with or without a `memory_budget=` of its own) plans each region as a step of its own within its
 budget, inner regions first, before it plans the whole step with the regions' plans in place
 (`remat.planner.regions`). Ops that run eagerly, outside any trace, are not recorded: there the
 `with` does nothing, as a checkpoint does nothing outside a gradient.

@@ -73,13 +73,13 @@ def crossing_bytes(graph: Graph) -> list[int]:
 
 def cuts(graph: Graph) -> list[int]:
     """The cut candidates, with 0 and n: positions crossed by no more bytes than the cheapest
-    cut of the graph's middle half, and inside a longer run than a quarter of the nodes, its
-    local minima."""
+    cut of the graph's middle half, and the ends of layers inside a run of more than a quarter
+    of the nodes that long skips cross (see the module docstring)."""
     return once(("cuts", graph), lambda: _cuts(graph))
 
 
 def is_chain(graph: Graph) -> bool:
-    """Whether the cheapest cuts alone leave no run of more than a quarter of the nodes."""
+    """Whether no run of the graph was cut again at its layers' ends: no long skips cross it."""
     return once(("is_chain", graph), lambda: len(_coarse(crossing_bytes(graph))[0]) == len(cuts(graph)))
 
 
