@@ -5,6 +5,8 @@ one bit for bit."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -345,3 +347,43 @@ def test_regions_over_the_same_nodes_print_and_plan_outer_last():
         rm.grad(loss)(x0())
     assert [r.memory_budget for r in reports] == [0.8, 1.0] and reports[0].plan.blocks
     assert not reports[1].plan.blocks  # the inner plan fits the outer budget as it is
+
+
+def test_one_region_object_used_by_two_threads_at_once():
+    """Each thread's `with` closes its own region, whatever the order: the first thread to
+    enter leaves while the second is inside."""
+    region, both = rm.memory_budget(0.8), threading.Barrier(2, timeout=60)
+    first_in, first_out = threading.Event(), threading.Event()
+
+    def loss(x, first):
+        if not first:
+            first_in.wait(60)
+        with region:
+            first_in.set()
+            h = layers(x, 3)
+            both.wait()
+            if not first:
+                first_out.wait(60)
+            h = layers(h, 3)
+        return rm.sum(h)
+
+    def run(first, out):
+        with solve.collect_reports() as reports:
+            out[first] = (rm.grad(lambda x: loss(x, first))(x0()), reports)
+            if first:
+                first_out.set()
+
+    alone = rm.memory_budget(0.8)(lambda h: layers(h, 6))
+    with solve.collect_reports() as expected:  # the region, traced in one thread
+        rm.grad(lambda x: rm.sum(alone(x)))(x0())
+    out = {}
+    threads = [threading.Thread(target=run, args=(first, out)) for first in (True, False)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    plain = rm.grad(lambda x: rm.sum(layers(x, 6)))(x0())
+    for g, reports in out.values():
+        assert len(reports) == 1
+        assert (reports[0].unplanned_peak, reports[0].plan) == (expected[0].unplanned_peak, expected[0].plan)
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(plain))

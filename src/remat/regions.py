@@ -27,6 +27,7 @@ graph(a:f32[4]) {
 from __future__ import annotations
 
 import contextlib
+import threading
 
 from remat import budget as budgets
 from remat.errors import ArgumentValueError, user_source
@@ -47,16 +48,19 @@ class memory_budget(contextlib.ContextDecorator):
         budgets.parse_budget(budget, "memory_budget", "budget")
         budgets.parse_strategy(strategy, "memory_budget")
         self.budget, self.strategy = budget, strategy
-        self._open: list[tuple[Trace | None, int, str | None]] = []
+        self._local = threading.local()  # each thread's open `with`s: one object serves many
+
+    def _open(self) -> list[tuple[Trace | None, int, str | None]]:
+        return self._local.__dict__.setdefault("open", [])
 
     def __enter__(self) -> memory_budget:
         trace, source = current_trace(), user_source()
         _check_planned(trace, source)
-        self._open.append((trace, len(trace.nodes) if trace is not None else 0, source))
+        self._open().append((trace, len(trace.nodes) if trace is not None else 0, source))
         return self
 
     def __exit__(self, *exc) -> None:
-        trace, start, source = self._open.pop()
+        trace, start, source = self._open().pop()
         if trace is not None and trace.active and len(trace.nodes) > start:
             trace.regions.append(Region(start, len(trace.nodes), self.budget, self.strategy, source))
 
