@@ -387,3 +387,21 @@ def test_one_region_object_used_by_two_threads_at_once():
         assert len(reports) == 1
         assert (reports[0].unplanned_peak, reports[0].plan) == (expected[0].unplanned_peak, expected[0].plan)
         np.testing.assert_array_equal(np.asarray(g), np.asarray(plain))
+
+
+def test_regions_that_overlap_without_nesting_are_an_error():
+    a, b = rm.memory_budget(0.8), rm.memory_budget(0.9)
+
+    def loss(x):  # closed in the order they were opened: no `with` can write this
+        a.__enter__()
+        x = layers(x, 3)
+        b.__enter__()
+        x = layers(x, 3)
+        a.__exit__(None, None, None)
+        x = layers(x, 3)
+        b.__exit__(None, None, None)
+        return rm.sum(x)
+
+    with pytest.raises(ArgumentValueError, match=r"rm\.memory_budget\(0\.8\) and rm\.memory_budget\(0\.9\) overlap "
+                       r"without one inside the other; close regions in the reverse order of opening them"):
+        rm.grad(loss)(x0())
