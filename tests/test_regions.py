@@ -405,3 +405,14 @@ def test_regions_that_overlap_without_nesting_are_an_error():
     with pytest.raises(ArgumentValueError, match=r"rm\.memory_budget\(0\.8\) and rm\.memory_budget\(0\.9\) overlap "
                        r"without one inside the other; close regions in the reverse order of opening them"):
         rm.grad(loss)(x0())
+
+
+def test_a_forced_strategy_that_misses_the_regions_budget_says_others_fit():
+    def loss(x):
+        with rm.memory_budget(0.45, strategy="sqrt"):
+            x = layers(x, 16, scale=1.0)
+        return rm.sum(x)
+
+    with pytest.raises(ArgumentValueError, match=r"^rm\.memory_budget: 0\.45 \(\d+ bytes\) is below the smallest peak "
+                       r"strategy='sqrt' reaches on this region, \d+ bytes; other plans fit it: pass strategy=None"):
+        rm.grad(loss)(rm.ones((WIDTH,)))
