@@ -127,6 +127,12 @@ def _emit_range(graph: Graph, nodes: range, blocks: tuple[Block, ...], env: dict
         i += 1
 
 
+def emit_nodes(graph: Graph, nodes: range, env: dict[Var, Tensor]) -> None:
+    """Emit `graph.nodes[i]` for i in `nodes` into the current trace as they are, their inputs
+    read from `env` and their outputs added to it."""
+    _emit_range(graph, nodes, (), env, frozenset(), [])
+
+
 def _emit_block(graph: Graph, block: Block, env: dict[Var, Tensor]) -> None:
     nodes = graph.nodes[block.start : block.stop]
     made = {v for n in nodes for v in n.outputs}
@@ -192,4 +198,4 @@ def extra_runs(plan: Plan) -> dict[int, int]:
     return out
 
 
-__all__ = ["Block", "Plan", "NO_PLAN", "PLANNER", "apply", "check", "block_nodes", "extra_runs"]
+__all__ = ["Block", "Plan", "NO_PLAN", "PLANNER", "apply", "check", "emit_nodes", "block_nodes", "extra_runs"]

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from remat import dtypes
 from remat.autodiff import emit
-from remat.core import OPS
-from remat.errors import ArgumentValueError, BudgetTooSmall, source_of
+from remat.errors import ArgumentValueError, BudgetTooSmall
 from remat.graph import Graph, Region, Var
 from remat.planner import solve
 from remat.planner.peak import Step
+from remat.planner.plan import emit_nodes
 from remat.tensor import Tensor
-from remat.trace import bind, new_trace
+from remat.trace import new_trace
 
 
 def plan_regions(graph: Graph, step: Step) -> Graph:
@@ -44,23 +44,16 @@ def plan_regions(graph: Graph, step: Step) -> Graph:
 
 
 def _planned(graph: Graph, regions: list[Region], step: Step) -> Graph:
-    outermost = {regions[k].start: k for k in range(len(regions))
-                 if not any(_holds(regions, j, k) for j in range(len(regions)))}
+    outermost = sorted((k for k in range(len(regions)) if not any(_holds(regions, j, k) for j in range(len(regions)))),
+                       key=lambda k: regions[k].start)
     active, seeded = _active(graph, step), _seeded(graph, step)
     with new_trace("regions planned") as t:
         env: dict[Var, Tensor] = {v: t.new_input(v.shape, v.dtype) for v in graph.inputs}
         env.update({v: Tensor._concrete(a) for v, a in graph.constants.items()})
-        i = 0
-        while i < len(graph.nodes):
-            if i not in outermost:
-                node = graph.nodes[i]
-                with source_of(node.source):
-                    outs = bind(OPS[node.op], *[env[v] for v in node.inputs], **node.params)
-                env.update(zip(node.outputs, outs if isinstance(outs, (tuple, list)) else (outs,)))
-                i += 1
-                continue
-            k = outermost[i]
+        done = 0
+        for k in outermost:
             region = regions[k]
+            emit_nodes(graph, range(done, region.start), env)
             part, part_step = _region_graph(graph, region, active, seeded)
             inputs, outputs = part.inputs, part.outputs
             inner = [_shifted(regions[q], -region.start) for q in range(len(regions)) if _holds(regions, k, q)]
@@ -69,7 +62,8 @@ def _planned(graph: Graph, regions: list[Region], step: Step) -> Graph:
             if part_step.wrt and part_step.seeded:  # else no gradient passes through: nothing to keep
                 part = _plan(part, region, part_step)
             env.update(zip(outputs, emit(part, [env[v] for v in inputs])))
-            i = region.stop
+            done = region.stop
+        emit_nodes(graph, range(done, len(graph.nodes)), env)
         return t.to_graph([env[v] for v in graph.outputs])
 
 

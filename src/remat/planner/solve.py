@@ -217,20 +217,17 @@ def _checked(strategy: Callable[[int], tuple[Plan, str] | None], limit: int, cou
     over = below = None  # the last target whose plan was over; the last that made none, or one that fit
     for _ in range(TRIES):
         made = strategy(target)
-        if made is None and over is None:
-            break
+        peak = None if made is None else count(made[0])
         if made is not None:
-            plan, status = made
-            peak = count(plan)
-            found.append((plan, peak, status))
-            if peak <= limit and over is None:
-                break
-            if peak > limit:
-                over = target
-                if below is None:
-                    target = min(target, peak if own is None else own(plan)) - max(peak - limit, 1)
-                    continue
-        if made is None or peak <= limit:
+            found.append((made[0], peak, made[1]))
+        if peak is not None and peak > limit:
+            over = target
+            if below is None:  # still tightening by the overshoot
+                target = min(target, peak if own is None else own(made[0])) - max(peak - limit, 1)
+                continue
+        elif over is None:  # the budget itself made nothing, or a plan that fits
+            break
+        else:
             below = target
         target = (below + over) // 2
         if target in (below, over):

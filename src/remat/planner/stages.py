@@ -75,32 +75,34 @@ def cuts(graph: Graph) -> list[int]:
     """The cut candidates, with 0 and n: positions crossed by no more bytes than the cheapest
     cut of the graph's middle half, and the ends of layers inside a run of more than a quarter
     of the nodes that long skips cross (see the module docstring)."""
-    return once(("cuts", graph), lambda: _cuts(graph))
+    return _cuts(graph)[0]
 
 
 def is_chain(graph: Graph) -> bool:
     """Whether no run of the graph was cut again at its layers' ends: no long skips cross it."""
-    return once(("is_chain", graph), lambda: len(_coarse(crossing_bytes(graph))[0]) == len(cuts(graph)))
+    return not _cuts(graph)[1]
 
 
-def _coarse(cross: list[int]) -> tuple[list[int], int]:
-    """The positions crossed by no more than the bar, with 0 and n, and the bar."""
+def _cuts(graph: Graph) -> tuple[list[int], bool]:
+    """The cut candidates, and whether a run was cut again at its layers' ends."""
+    return once(("cuts", graph), lambda: _cut(crossing_bytes(graph)))
+
+
+def _cut(cross: list[int]) -> tuple[list[int], bool]:
     n = len(cross) - 1
+    if not n:
+        return [0], False
     middle = cross[max(1, n // 4) : max(2, 3 * n // 4 + 1)]
     bar = min(middle) if middle else 0
-    return ([0] + [i for i in range(1, n) if cross[i] <= bar] + [n] if n else [0]), bar
-
-
-def _cuts(graph: Graph) -> list[int]:
-    cross = crossing_bytes(graph)
-    coarse, bar = _coarse(cross)
-    n, out = len(graph.nodes), []
+    coarse = [0] + [i for i in range(1, n) if cross[i] <= bar] + [n]
+    out, refined = [], False
     for a, b in zip(coarse, coarse[1:]):
         out.append(a)
         ends = [i for i in range(a + 1, b) if cross[i] <= min(cross[i - 1], cross[i + 1])]
         if 4 * (b - a) > n and any(cross[i] < 2 * bar for i in ends):
             out += ends
-    return out + [n] if n else [0]
+            refined = True
+    return out + [n], refined
 
 
 def stages(graph: Graph, step: Step = ALL) -> list[Stage]:
