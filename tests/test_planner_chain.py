@@ -223,7 +223,7 @@ def test_plans_fit_the_budget_by_the_exact_count(fraction):
     _, _, graph = mlp(16)
     base, activation = base_bytes(graph), step_peak(graph)
     budget = base + int(fraction * activation)
-    plan, predicted = chain.plan_chains(graph, [budget])[0]
+    plan, predicted, _ = chain.plan_chains(graph, [budget])[0]
     exact = total_peak(graph, plan)
     assert predicted <= budget
     # The model follows the evaluator's count: a few KiB under it at most, a layer over.

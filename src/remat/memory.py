@@ -547,8 +547,8 @@ def plan_report(fn, *args, memory_budget, strategy=None, argnums=None, backend: 
     """
     if memory_budget is None:
         raise ArgumentValueError("memory.plan_report: memory_budget=None plans nothing; pass a budget, "
-                                 "e.g. memory_budget='300MiB' or memory_budget=0.5 (memory_budget=1.0 plans only "
-                                 "the regions of rm.memory_budget in it, shown in the report's `regions`)")
+                                 "e.g. memory_budget='300MiB' or memory_budget=0.5 (the plans of the "
+                                 "rm.memory_budget regions in the step are the report's `regions`)")
     check_backend(backend, "memory.plan_report")
     with collect_reports() as reports, running_on(Target("xla") if backend == "xla" else NUMPY):
         prog = _program(fn, args, argnums, where="memory.plan_report", memory_budget=memory_budget,
@@ -578,16 +578,22 @@ class Pareto:
         """Each plan's recomputation as a fraction of the unplanned step's time (the cost model's)."""
         return [r.extra_time_ratio for r in self.reports]
 
+    @property
+    def time(self) -> list[float]:
+        """Each planned step's predicted time over the unplanned one's, the memory it holds
+        counted (`PlanReport.time_ratio`): what "auto" minimises, so it never rises with the budget."""
+        return [r.time_ratio for r in self.reports]
+
     def __str__(self) -> str:
         if not self.reports:
             return "pareto: no budget the strategy meets"
         first = self.reports[0]
         activation = first.unplanned_peak - first.base_bytes
-        head = ("budget", "of activations", "predicted peak", "extra time", "extra FLOPs", "strategy")
+        head = ("budget", "of activations", "predicted peak", "extra time", "extra FLOPs", "step time", "strategy")
         rows = [(format_bytes(r.budget_bytes),
                  f"{(r.budget_bytes - r.base_bytes) / activation:.2f}" if activation else "-",
                  format_bytes(r.predicted_peak), f"+{r.extra_time_ratio:.3f}", f"+{r.extra_flops_ratio:.3f}",
-                 r.strategy)
+                 f"{r.time_ratio:.3f}x", r.strategy)
                 for r in self.reports]
         widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
         lines = [f"predicted memory/recomputation trade-off, counted by {first.counted_by}; inputs and constants "

@@ -21,7 +21,7 @@ figure is measured as `remat bench` measures it, in processes of their own (`rem
   same process (bitwise and as the largest relative difference);
 - FLOPs and predicted time: the cost model's count of the whole step (recomputation included)
   over the count without checkpoints, and its prediction of the step's time by the backend's
-  weights (`remat.planner.cost`; what the planner minimises).
+  weights, the memory held counted (`remat.planner.cost.step_time`; what the planner minimises).
 
 PyTorch's hand-placed checkpoints (`torch.utils.checkpoint`, eager) are measured beside them
 when PyTorch is installed (its resident memory, as for XLA).
@@ -101,17 +101,27 @@ def plan_label(plan: str | float) -> str:
 
 def flops_job(job: dict) -> dict:
     """A hand-placed plan's FLOPs (the cost model's count of the whole step, recomputation
-    included) and its time as each backend's cost model predicts it (`modelled`), over the
-    step's without checkpoints. (A planned step's are its report's.)"""
+    included) over the step's without checkpoints, and its time as each backend's cost model
+    predicts it (`modelled`: the work and the memory held, by the evaluator's count, as
+    `PlanReport.time_ratio` weighs them). (A planned step's are its report's.)"""
     import remat as rm
+    from remat import timeline
     from remat.bench import impl_remat
-    from remat.planner.cost import FLOPS, WEIGHTS, cost
+    from remat.planner.cost import FLOPS, HELD, WEIGHTS, cost, step_time
+    from remat.planner.peak import base_bytes
 
     size = size_from_dict(job["size"])
     params, data = inputs(size)
     graphs = {p: rm.make_graph(impl_remat.step_function(size, p))(params, data) for p in ("none", job["plan"])}
-    ratio = lambda w: cost(graphs[job["plan"]], w) / cost(graphs["none"], w)  # noqa: E731
-    return {"flops": ratio(FLOPS), "modelled": {backend: ratio(w) for backend, w in WEIGHTS.items()}}
+    peaks = {p: base_bytes(g) + max((q.high for q in timeline.predict(g)), default=0) for p, g in graphs.items()}
+
+    def modelled(backend: str) -> float:
+        work = {p: cost(g, WEIGHTS[backend]) for p, g in graphs.items()}
+        return step_time(work[job["plan"]] - work["none"], peaks[job["plan"]], work["none"], peaks["none"],
+                         HELD[backend])
+
+    ratio = cost(graphs[job["plan"]], FLOPS) / cost(graphs["none"], FLOPS)
+    return {"flops": ratio, "modelled": {backend: modelled(backend) for backend in WEIGHTS}}
 
 
 def memory_job(job: dict) -> dict:
@@ -165,7 +175,7 @@ def _report_figures(report) -> dict:
     return {"predicted": int(report.predicted_peak) - base, "budget": int(report.budget_bytes) - base, "base": base,
             "unplanned": int(report.unplanned_peak) - base,
             "strategy": report.strategy, "flops": 1.0 + report.extra_flops_ratio,
-            "modelled": 1.0 + report.extra_time_ratio, "plan": _fingerprint(report),
+            "modelled": report.time_ratio, "plan": _fingerprint(report),
             "solver": f"{report.solver_status} in {report.solver_time:.1f} s"}
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -623,12 +624,20 @@ def plan_chain(graph: Graph, budget_bytes: int, step: Step = ALL) -> Plan | None
     True
     """
     found = plan_chains(graph, [budget_bytes], step)[0]
-    return None if found is None else found[0]
+    return None if found is None else found.plan
 
 
-def plan_chains(graph: Graph, budgets: list[int], step: Step = ALL) -> list[tuple[Plan, int] | None]:
-    """`plan_chain` for each of `budgets`, from one DP table, with each plan's predicted total
-    peak (the model's; where a plan is below the model's least, its exact count)."""
+class Chained(NamedTuple):
+    """A chain plan with the DP model's predictions: its total peak (where the plan is below the
+    model's least, its exact count) and the forward cost it runs (`schedule_cost`)."""
+
+    plan: Plan
+    peak: int
+    cost: float
+
+
+def plan_chains(graph: Graph, budgets: list[int], step: Step = ALL) -> list[Chained | None]:
+    """`plan_chain` for each of `budgets`, from one DP table, with the model's predictions."""
     model = chain_model(graph, step)
     base = base_bytes(graph)
     low, frugal = min_peak(model)
@@ -642,15 +651,17 @@ def plan_chains(graph: Graph, budgets: list[int], step: Step = ALL) -> list[tupl
     found.update((r, plain) for r in rooms if r >= top)  # room for the step without a plan
     least = found[low] or frugal  # as `_least`
     least_peak = None
-    plans: list[tuple[Plan, int] | None] = []
+    plans: list[Chained | None] = []
     for budget, room in zip(budgets, rooms):
         if room >= low:
             schedule = least if found[room] is None else found[room]
-            plans.append((to_plan(model, schedule), base + schedule_peak(model, schedule)))
+            plans.append(Chained(to_plan(model, schedule), base + schedule_peak(model, schedule),
+                                 schedule_cost(model, schedule)))
             continue
         # Below the model's least peak, the least plan may still fit by the exact count.
         least_peak = total_peak(graph, to_plan(model, least), step) if least_peak is None else least_peak
-        plans.append((to_plan(model, least), least_peak) if least_peak <= budget else None)
+        fits = least_peak <= budget
+        plans.append(Chained(to_plan(model, least), least_peak, schedule_cost(model, least)) if fits else None)
     return plans
 
 
@@ -676,4 +687,4 @@ def _least(model: ChainModel) -> Schedule:
 
 
 __all__ = ["ChainModel", "chain_model", "min_peak", "cheapest", "cheapest_each", "schedule_peak", "schedule_cost",
-           "to_plan", "plan_chain", "plan_chains", "min_chain_peak"]
+           "to_plan", "plan_chain", "plan_chains", "Chained", "min_chain_peak"]

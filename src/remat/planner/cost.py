@@ -23,6 +23,13 @@ but loses time (on the GPT-style model at half its memory, 1.07x the FLOPs took 
 `WEIGHTS` are `benchmarks/cost_weights.py`'s measurements on the development machine (2 cores),
 fixed so that the same graph always gets the same plan; only their ratios matter to a plan.
 
+Work is not all a step's time: holding memory costs time too (fresh pages to fault in and
+zero, activations read back from memory rather than a cache), so on the CPU a step that holds
+less often runs faster though it recomputes more (the 64-layer MLP with √L segments: 1.34x the
+FLOPs, 0.96x the time on NumPy, 0.90x on XLA). `HELD` weighs it: the share of the unplanned
+step's time its peak costs, a plan's in proportion to its peak (`step_time`). The planner takes
+the plan of least predicted time within a budget.
+
 >>> import remat as rm
 >>> g = rm.make_graph(lambda a, b: rm.tanh(a @ b))(rm.ones((4, 8)), rm.ones((8, 3)))
 >>> [node_flops(n) for n in g.nodes], flops(g)
@@ -67,6 +74,34 @@ WEIGHTS = {
     "xla": Weights(call=0.0, flop=0.0065, batched_flop=0.0125, element=0.13, transcendental=1.8, reduced=0.55,
                    moved=0.022),
 }
+
+
+# The share of the unplanned step's time that holding its peak costs, a backend. Fitted to the
+# 20-budget sweep of three models (`python benchmarks/planner.py --sweep 20`): measured step time
+# less the work the model counts rose with the measured peak, by 0.37-0.45 of the step's time
+# on NumPy (R² 0.81-0.95) and 0.65 on XLA, with XLA's steps without a plan slower still (the
+# U-Net-like MLP: 1.03x, any plan of it 0.75-0.86x); the weights are the least with which the
+# plan of least predicted time is also the measured time's, within its noise, at every budget.
+HELD = {"numpy": 0.4, "xla": 1.0}
+
+
+def held_share() -> float:
+    """`HELD` of the backend the step is traced for."""
+    return HELD.get(current().backend, HELD["numpy"])
+
+
+def step_time(extra: float, peak: int, step_cost: float, unplanned_peak: int, held: float | None = None) -> float:
+    """A planned step's predicted time as a share of the unplanned one's: its work (the step's
+    `step_cost` and the plan's `extra`) and its peak held (`HELD`), each over the unplanned
+    step's.
+
+    >>> step_time(0.0, 100, 10.0, 100, held=0.5)  # no plan
+    1.0
+    >>> round(step_time(3.0, 40, 10.0, 100, held=0.5), 3)  # 30% more work, 40% of the memory
+    1.0
+    """
+    held = held_share() if held is None else held
+    return (1.0 + extra / step_cost + held * peak / unplanned_peak) / (1.0 + held) if step_cost else 1.0
 
 
 def _size(shape) -> int:
@@ -123,4 +158,5 @@ def flops(graph: Graph) -> float:
     return cost(graph, FLOPS)
 
 
-__all__ = ["Weights", "FLOPS", "WEIGHTS", "current_weights", "node_cost", "cost", "node_flops", "flops"]
+__all__ = ["Weights", "FLOPS", "WEIGHTS", "HELD", "held_share", "step_time", "current_weights", "node_cost", "cost",
+           "node_flops", "flops"]

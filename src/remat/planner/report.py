@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from remat.graph import Graph, type_str
-from remat.planner.cost import cost, flops, node_flops
+from remat.planner.cost import cost, flops, node_flops, step_time
 from remat.planner.peak import ALL, Step, step_graph
 from remat.planner.plan import NO_PLAN, Plan, extra_runs
 
@@ -63,6 +63,7 @@ class PlanReport:
     counted_by: str = "the NumPy evaluator"  # whose count of memory the bytes are
     extra_cost: float = 0.0  # what the planner minimised: the recomputation's time by the cost model
     step_cost: float = 0.0  # the unplanned step's, alike
+    held_share: float = 0.0  # the share of the unplanned step's time its peak costs, by the cost model (`cost.HELD`)
     region: str | None = None  # the plan of a `with rm.memory_budget(...)` at this line, not of a whole step
     regions: tuple[PlanReport, ...] = ()  # the step's regions, planned before it (`rm.memory.plan_report`)
 
@@ -77,6 +78,12 @@ class PlanReport:
         (`remat.planner.cost`) predicts it."""
         return self.extra_cost / self.step_cost if self.step_cost else 0.0
 
+    @property
+    def time_ratio(self) -> float:
+        """The planned step's predicted time over the unplanned one's: the work it recomputes and
+        the memory it holds (`remat.planner.cost.step_time`). "auto" chooses the least."""
+        return step_time(self.extra_cost, self.predicted_peak, self.step_cost, self.unplanned_peak, self.held_share)
+
     def __str__(self) -> str:
         lines = [
             f"memory plan: strategy {self.strategy}, budget {format_bytes(self.budget_bytes)} "
@@ -85,7 +92,8 @@ class PlanReport:
             f"  inputs and constants {format_bytes(self.base_bytes)}; the step without a plan: "
             f"{format_bytes(self.unplanned_peak)}; counted by {self.counted_by}",
             f"  recomputes {_flops(self.extra_flops)}, {self.extra_flops_ratio:.2f} of the step's "
-            f"{_flops(self.step_flops)} (predicted time: +{self.extra_time_ratio:.2f} of the step's); "
+            f"{_flops(self.step_flops)} (predicted time: +{self.extra_time_ratio:.2f} of the step's); predicted "
+            f"step time, the memory held counted: {self.time_ratio:.2f}x; "
             f"solver: {self.solver_status} in {self.solver_time:.2f} s",
         ]
         if self.regions:
@@ -103,7 +111,7 @@ class PlanReport:
         where = f"rm.memory_budget at {self.region or 'an unknown line'}" if self.region else "the step"
         return (f"{where}: strategy {self.strategy}, budget {format_bytes(self.budget_bytes)} "
                 f"(memory_budget={self.memory_budget!r}), predicted peak {format_bytes(self.predicted_peak)}, "
-                f"recomputes +{self.extra_time_ratio:.2f} of its time")
+                f"recomputes +{self.extra_time_ratio:.2f} of its time, predicted time {self.time_ratio:.2f}x")
 
 
 def recomputed_table(rows: list[Recomputed]) -> str:

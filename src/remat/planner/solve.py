@@ -26,6 +26,7 @@ fraction, and the budget that works.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import importlib
@@ -40,7 +41,7 @@ from remat.errors import ArgumentValueError, BudgetTooSmall, at_source, user_sou
 from remat.graph import Graph
 from remat.planner import plan_cache, sqrt
 from remat.planner import target as targets
-from remat.planner.cost import cost, flops
+from remat.planner.cost import cost, flops, held_share
 from remat.planner.peak import ALL, Step, StepCount, activation_bytes, base_bytes, planning, step_graph, total_peak
 from remat.planner.plan import NO_PLAN, Plan, apply
 from remat.planner.report import PlanReport, PlanWarning, extra_cost, extra_flops, recomputed_values
@@ -56,6 +57,9 @@ LADDER = tuple(k / 100 for k in range(0, 151))
 REACH = 0.25
 BEYOND = 2
 SPREAD = 0.03  # how much more than on the plan for the budget itself the model may be over on another
+AMPLE = 2**62  # a budget every plan fits
+NEAR = 0.02  # by predicted time, how close (a share of the unplanned step's) the model may rank plans wrongly
+NEAR_COUNTED = 6  # how many such plans are counted, at most
 
 _REPORTS: ContextVar[list | None] = ContextVar("remat_plan_reports", default=None)
 
@@ -130,37 +134,43 @@ def _plan(graph: Graph, memory_budget, strategy, step: Step, target: Target) -> 
         strategy=plan.strategy, memory_budget=memory_budget, budget_bytes=limit, predicted_peak=peak,
         base_bytes=count.base, unplanned_peak=count.base + count.activation, recomputed=recomputed_values(graph, plan),
         extra_flops=extra_flops(graph, plan, step), step_flops=flops(unplanned),
-        extra_cost=extra_cost(graph, plan, step), step_cost=cost(unplanned), solver_status=status,
-        solver_time=time.perf_counter() - started, plan=plan, counted_by=str(target))
+        extra_cost=extra_cost(graph, plan, step), step_cost=cost(unplanned), held_share=held_share(),
+        solver_status=status, solver_time=time.perf_counter() - started, plan=plan, counted_by=str(target))
 
 
 def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: StepCount) -> tuple[Plan, int, str]:
-    """The plan of least recomputation that fits `limit` as the target counts it. The strategies
-    plan by the evaluator's count; where the target's differs (XLA), the plan they choose is
-    counted the target's way and, while it is over, they plan again for less than the evaluator's
-    count of that plan by the overshoot."""
+    """The plan that fits `limit` as the target counts it and is chosen by `_Objective` (least
+    predicted time for "auto", least recomputation for a forced strategy). The strategies plan by
+    the evaluator's count; where the target's differs (XLA), the plan they choose is counted the
+    target's way and, while it is over, they plan again for less than the evaluator's count of
+    that plan by the overshoot."""
     unplanned = count.base + count.activation
-    if unplanned <= limit:
+    if unplanned <= limit and name != "auto":
         return NO_PLAN, unplanned, "the step fits without a plan"
     evaluated = total_peak(graph, NO_PLAN, step)
+    objective = _Objective(graph, step, evaluated, timed=name == "auto")
     candidates: Found = []
     counted = "" if count.exact else f"; counted by {count.target}"
 
-    def cheapest(goal: int) -> tuple[Plan, str] | None:
-        candidates[:] = [(NO_PLAN, evaluated, "")] if evaluated <= goal else _candidates(graph, goal, name, step)
+    def best(goal: int) -> tuple[Plan, str] | None:
+        candidates[:] = [(NO_PLAN, evaluated, "")] if evaluated <= goal and name != "auto" else \
+            _candidates(graph, goal, name, step, objective) + [(NO_PLAN, evaluated, "")]
         fits = [(p, peak, status) for p, peak, status in candidates if peak <= goal]
         if not fits:
             return None
-        plan, _, status = min(fits, key=lambda f: (extra_cost(graph, f[0], step), f[1]))
+        plan, _, status = min(fits, key=objective.of)
         return plan, status + counted
 
-    def evaluator_peak(plan: Plan) -> int:  # of the plan `cheapest` just chose
+    def evaluator_peak(plan: Plan) -> int:  # of the plan `best` just chose
         return next(peak for p, peak, _ in candidates if p == plan)
 
-    tried = _checked(cheapest, limit, count, own=evaluator_peak)
+    tried = _checked(best, limit, count, own=evaluator_peak)
     fits = [f for f in tried if f[1] <= limit]
     if fits:
-        return min(fits, key=lambda f: (extra_cost(graph, f[0], step), f[1]))
+        plan, peak, status = min(fits, key=objective.of)
+        if not plan.blocks:  # the chain's plan for room enough is the step without one
+            return NO_PLAN, peak, "the step fits without a plan, and no plan that fits is predicted faster"
+        return plan, peak, status
     # The most frugal plan the strategies know, counted the target's way: "auto" takes it when it
     # fits (the error's smallest budget that works must work), else the error offers it.
     frugal = min(_frugal_plans(graph, evaluated, step), key=lambda f: f[1])[0]
@@ -168,6 +178,28 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
         return frugal, count(frugal), "the least memory the strategies reach" + counted
     found = candidates if count.exact else tried
     raise _infeasible(written, limit, count, found, (frugal, count(frugal), ""), name)
+
+
+class _Objective:
+    """What a plan is chosen by. "auto" takes the plan of least predicted time: the work it adds
+    (`extra_cost`) and the memory it holds, weighed by the backend's `HELD` share of the
+    unplanned step's time (`cost.step_time`); so a bigger budget never gets a slower plan, and a
+    budget the step meets without a plan still gets one where holding less is faster. A forced
+    strategy's plan is the one of least recomputation (the strategy's own objective)."""
+
+    def __init__(self, graph: Graph, step: Step, unplanned_peak: int, timed: bool):
+        self.graph, self.step, self.timed = graph, step, timed
+        self.step_cost = cost(step_graph(graph, NO_PLAN, step))
+        self.per_byte = held_share() * self.step_cost / max(unplanned_peak, 1) if timed else 0.0
+
+    def of(self, found: tuple[Plan, int, str]) -> tuple[float, int]:
+        """The key of a plan found with its peak: least first."""
+        plan, peak = found[0], found[1]
+        return extra_cost(self.graph, plan, self.step) + self.per_byte * peak, peak
+
+    def of_chained(self, chained) -> float:
+        """The key of a chain plan by the DP model's predictions (`chain.Chained`)."""
+        return chained.cost + self.per_byte * chained.peak
 
 
 Found = list[tuple[Plan, int, str]]  # plans with their exact total peaks and how they were found
@@ -184,7 +216,7 @@ def _loops(graph: Graph) -> str:
     return f"the {found[0].op}{where}{more}"
 
 
-def _candidates(graph: Graph, limit: int, name: str, step: Step) -> Found:
+def _candidates(graph: Graph, limit: int, name: str, step: Step, objective: _Objective) -> Found:
     if name == "sqrt":  # √n segments; when they do not fit, the segment plans that might
         plan = sqrt.plan_sqrt(graph, step)
         found = [(plan, total_peak(graph, plan, step), "heuristic (√n segments)")]
@@ -192,9 +224,9 @@ def _candidates(graph: Graph, limit: int, name: str, step: Step) -> Found:
     found: Found = []
     chain = _module("chain")
     if name in ("chain", "auto") and chain is not None:
-        found += _chain_ladder(graph, limit, step, chain)
+        found += _chain_ladder(graph, limit, step, chain, objective)
     if name == "milp":  # started from the chain DP's plans: never worse than them
-        start = _chain_ladder(graph, limit, step, chain) if chain is not None else []
+        start = _chain_ladder(graph, limit, step, chain, objective) if chain is not None else []
         found += _milp(graph, limit, step, [p for p, peak, _ in start if peak <= limit])
     if name == "auto" and (not is_chain(graph) or not any(peak <= limit for _, peak, _ in found)):
         # The chain DP's schedules hold the segment plans, but its model of memory does not know
@@ -239,44 +271,76 @@ def _named(plan: Plan | None, status: str) -> tuple[Plan, str] | None:
     return None if plan is None else (plan, status)
 
 
-def _chain_ladder(graph: Graph, limit: int, step: Step, chain) -> Found:
-    """Chain plans with their exact counts, the cheapest that fits `limit` among them: the DP's
-    plans for the budgets of a ladder (`LADDER`) around it, from the graph's one DP table (every
-    budget chooses among the same plans). The DP's model of memory is not the count: mostly over
-    it (a plan for a larger budget fits, and recomputes less), sometimes under (one for a
-    smaller budget is needed)."""
+def _chain_ladder(graph: Graph, limit: int, step: Step, chain, objective: _Objective) -> Found:
+    """Chain plans with their exact counts, the best that fits `limit` among them: the DP's
+    plans for the budgets of a ladder (`LADDER`), from the graph's one DP table (every budget
+    chooses among the same plans). By recomputation, the rungs around the budget (the least
+    recomputing is near it); by time, every rung up to there (a plan for far less may be faster).
+    The DP's model of memory is not the count: mostly over it (a plan for a larger budget fits),
+    sometimes under (one for a smaller budget is needed)."""
     activation, base = activation_bytes(graph, step), base_bytes(graph)
     at = (limit - base) / max(activation, 1)  # the budget as a share of the activation memory
-    budgets = sorted({limit} | {base + int(activation * share) for share in LADDER if abs(share - at) <= REACH})
+    # By time, the same rungs for every budget (the budget's own plan would be one more for some
+    # budgets than for others: a bigger one could miss a plan a smaller one takes).
+    low = -math.inf if objective.timed else at - REACH
+    rungs = {base + int(activation * share) for share in LADDER if low <= share <= at + REACH}
+    budgets = sorted(rungs if objective.timed and min(rungs, default=AMPLE) <= limit else rungs | {limit})
     made = list(dict.fromkeys(p for p in chain.plan_chains(graph, budgets, step) if p is not None))
     if not made:
         return []
-    plan, predicted = made[min(budgets.index(limit), len(made) - 1)]
-    found: Found = [(plan, total_peak(graph, plan, step), "optimal for the chain")]
-    over = predicted - found[0][1]  # the model's overestimate, on the plan for the budget itself
-    _first_that_fits(graph, limit, step, made, over + int(SPREAD * activation), found)
+    plain = chain.plan_chains(graph, [AMPLE], step)[0].cost  # the model's cost of the step without a plan
+    made = [c._replace(cost=c.cost - plain) for c in made]  # what each adds, as `extra_cost` counts it
+    # The model's overestimate, on the plan for the budget itself; by time, on the same plan for
+    # every budget (for half the activations, or the least the model reaches above), so that
+    # which plans may fit does not depend on the budget but through it.
+    own = next(filter(None, chain.plan_chains(graph, [base + activation // 2, AMPLE], step))) if objective.timed \
+        else made[min(bisect.bisect_right(budgets, limit) - 1, len(made) - 1)]
+    found: Found = [(own.plan, total_peak(graph, own.plan, step), "optimal for the chain")]
+    over = own.peak - found[0][1]
+    if objective.timed:
+        made.sort(key=objective.of_chained)
+        near = NEAR * objective.step_cost
+    else:
+        made.reverse()  # the largest budget recomputes least
+        near = 0.0
+    # On a graph that is no chain the model's peaks are no guide to which plans fit: all are counted.
+    over = over + int(SPREAD * activation) if is_chain(graph) else AMPLE
+    _first_that_fits(graph, limit, step, made, over, found, objective, near)
     return found
 
 
-def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int, found: Found) -> None:
-    """Counts exactly the plans `made` (with their predicted peaks, by budget), from the largest
-    budget down (it recomputes least), until one fits, adds them to `found`: those whose
-    prediction less `over`, the most the model may overestimate it, is within `limit`; then the
-    `BEYOND` plans above the one that fits, whatever their prediction (the model overestimates
-    some plans more than others: one of them may fit, and recompute less)."""
+def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int, found: Found,
+                     objective: _Objective, near: float) -> None:
+    """Counts exactly the plans `made` (`chain.Chained`, best first by the model) until one
+    fits, and adds them to `found`: those whose prediction less `over`, the most the model may
+    overestimate it, is within `limit`; then, by time, those after it the model ranks within
+    `near` of the best counted (the model's time is within about that of the exact count's: the
+    caller takes the best by the count); and the `BEYOND` better ones it skipped whose
+    predictions are least (the model overestimates some plans more than others: one may fit)."""
 
     def fits(i: int) -> bool:
-        plan = made[i][0]
+        plan = made[i].plan
         peak = next((pk for p, pk, _ in found if p == plan), None)
         if peak is None:
             peak = total_peak(graph, plan, step)
             found.append((plan, peak, "optimal for the chain"))
         return peak <= limit
 
-    first = next((i for i in reversed(range(len(made))) if made[i][1] - over <= limit and fits(i)), None)
-    if first is not None:
-        for i in range(first + 1, min(first + 1 + BEYOND, len(made))):
-            fits(i)
+    first = next((i for i in range(len(made)) if made[i].peak - over <= limit and fits(i)), None)
+    if first is None:
+        return
+    best = objective.of(next(f for f in found if f[0] == made[first].plan))[0]
+    counted = 0
+    for i in range(first + 1, len(made)):
+        if objective.of_chained(made[i]) - near > best or counted == NEAR_COUNTED:
+            break
+        if made[i].peak - over <= limit:
+            counted += 1
+            if fits(i):
+                best = min(best, objective.of(next(f for f in found if f[0] == made[i].plan))[0])
+    skipped = sorted((i for i in range(first) if made[i].peak - over > limit), key=lambda i: made[i].peak)
+    for i in skipped[:BEYOND]:
+        fits(i)
 
 
 def _milp(graph: Graph, limit: int, step: Step, start: list[Plan]) -> Found:
@@ -346,7 +410,8 @@ def _frugal_plans(graph: Graph, unplanned: int, step: Step) -> list[tuple[Plan, 
         low = total_peak(graph, least, step)
         plans.append((least, low))
         budgets = [low + (unplanned - low) * k // 8 for k in range(1, 8)]
-        plans += [(p, total_peak(graph, p, step)) for p, _ in filter(None, chain.plan_chains(graph, budgets, step))]
+        made = filter(None, chain.plan_chains(graph, budgets, step))
+        plans += [(c.plan, total_peak(graph, c.plan, step)) for c in made]
     return plans
 
 
