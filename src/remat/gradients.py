@@ -24,7 +24,8 @@ def vjp(fn: Callable, *primals, has_aux: bool = False, memory_budget=None, strat
     with a unit, `"300MiB"`, `"1.5GB"` — counting the step's inputs and constants and what it
     allocates, or a float fraction in (0, 1] of the activation memory: budget bytes = inputs
     and constants + fraction × what the step allocates without checkpoints. `strategy`: None
-    (the least recomputation that fits), "sqrt", "chain" or "milp". The plan is made once per
+    (the plan predicted fastest that fits, the memory it holds counted), "sqrt", "chain" or "milp"
+    (each its plan of least recomputation). The plan is made once per
     trace; `rm.memory.plan_report` shows it. Values are bit-identical to the unplanned step's.
 
     >>> import remat as rm

@@ -231,7 +231,8 @@ def _candidates(graph: Graph, limit: int, name: str, step: Step, objective: _Obj
     if name == "auto" and (not is_chain(graph) or not any(peak <= limit for _, peak, _ in found)):
         # The chain DP's schedules hold the segment plans, but its model of memory does not know
         # the skips of a graph that is not a chain: there they may fit where its plans do not.
-        found += _segments(graph, limit, step, stop_at_fit=True)
+        # By time every one is counted (the least recomputing that fits may hold more, and be slower).
+        found += _segments(graph, limit, step, stop_at_fit=not objective.timed)
     return found
 
 
