@@ -165,6 +165,21 @@ def test_sweep_checks_name_a_peak_over_a_wrong_prediction_a_rise_and_a_slower_la
     assert planner.sweep_checks(_result(xla, [])) == []  # resident memory under XLA's own count
 
 
+def test_a_plan_timed_at_several_budgets_is_a_repeated_control_of_the_sweep():
+    """The same plan at 20% and 40% timed 1.2x and 1.3x: the time of one plan spreads over 0.1 in
+    this run, so a larger budget's plan 0.08 slower is within the noise, and 0.12 slower is not."""
+    ok = {"base": MiB, "grads": {"equal": True, "max_rel": 0.0}}
+    row = lambda peak, t, budget, plan: _row(peak, [t, t], budget=budget * MiB, predicted=peak * MiB,  # noqa: E731
+                                             plan=plan, **ok)
+    rows = {("numpy", "none"): _row(40, [1.0, 1.0]), ("numpy", 0.2): row(10, 1.2, 10, "aaaa"),
+            ("numpy", 0.4): row(10, 1.3, 20, "aaaa"), ("numpy", 0.6): row(22, 1.38, 24, "bbbb")}
+    assert planner.repeat_noise(_result(rows, [1.0, 1.0]), "numpy") == pytest.approx(0.1)
+    assert planner.sweep_checks(_result(rows, [1.0, 1.0])) == []
+    rows["numpy", 0.6] = row(22, 1.42, 24, "bbbb")
+    assert planner.sweep_checks(_result(rows, [1.0, 1.0])) == [
+        "mlp numpy budget 60%: time 1.42x above the smaller budget's 1.30x (+0.10 noise)"]
+
+
 @pytest.mark.claims
 def test_a_quick_sweep_measures_and_times_every_budget(capsys):
     assert planner.run(quick=True, models=["mlp"], frameworks=["remat-numpy"], sweep=3) == 0
