@@ -7,10 +7,12 @@ smaller by the overshoot, a few times, before it gives up. A step traced for XLA
 as XLA counts it (`remat.planner.target`): the plan chosen is compiled and, while it is over,
 everything is planned again for less than the plan's own count by that overshoot.
 `strategy=None` ("auto") takes the chain DP's plan (`remat.planner.chain`: nested blocks, and
-blocks saving their matrix products) for the budget of a fixed ladder near the one asked
-(`LADDER`, all from the graph's one DP table) that recomputes least and fits by the exact count;
-the segment plans of `sqrt.segment_plans` only when none does. It plans a 64-layer MLP or an
-8-block transformer in well under a second. `strategy="milp"` runs the MILP
+blocks saving their matrix products) for a budget of a fixed ladder up to the one asked
+(`LADDER`, all from the graph's one DP table) whose step is predicted fastest (the work it adds
+and the memory it holds: `_Objective`) and fits by the exact count; the segment plans of
+`sqrt.segment_plans` too where the graph is no chain or no chain plan fits. It plans a 64-layer
+MLP or an 8-block transformer in under a second. A forced strategy takes its plan of least
+recomputation. `strategy="milp"` runs the MILP
 (`remat.planner.milp`) from the chain's plans: seconds to minutes, and never worse than they
 are. Every strategy bounds its work, not its time, so the same graph and budget always give the
 same plan. When nothing fits, the error states the smallest peak found, in bytes and as a
@@ -59,7 +61,7 @@ BEYOND = 2
 SPREAD = 0.03  # how much more than on the plan for the budget itself the model may be over on another
 AMPLE = 2**62  # a budget every plan fits
 NEAR = 0.02  # by predicted time, how close (a share of the unplanned step's) the model may rank plans wrongly
-NEAR_COUNTED = 6  # how many such plans are counted, at most
+NEAR_COUNTED = 2  # how many such plans are counted, at most
 
 _REPORTS: ContextVar[list | None] = ContextVar("remat_plan_reports", default=None)
 
@@ -155,7 +157,7 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
     def best(goal: int) -> tuple[Plan, str] | None:
         candidates[:] = [(NO_PLAN, evaluated, "")] if evaluated <= goal and name != "auto" else \
             _candidates(graph, goal, name, step, objective) + [(NO_PLAN, evaluated, "")]
-        fits = [(p, peak, status) for p, peak, status in candidates if peak <= goal]
+        fits = [(p, peak, status) for p, peak, status in candidates if peak <= goal and p not in objective.rejected]
         if not fits:
             return None
         plan, _, status = min(fits, key=objective.of)
@@ -164,7 +166,13 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
     def evaluator_peak(plan: Plan) -> int:  # of the plan `best` just chose
         return next(peak for p, peak, _ in candidates if p == plan)
 
-    tried = _checked(best, limit, count, own=evaluator_peak)
+    def counted_by_target(plan: Plan) -> int:
+        peak = count(plan)
+        if peak > limit:
+            objective.rejected.add(plan)
+        return peak
+
+    tried = _checked(best, limit, counted_by_target, own=evaluator_peak)
     fits = [f for f in tried if f[1] <= limit]
     if fits:
         plan, peak, status = min(fits, key=objective.of)
@@ -189,6 +197,7 @@ class _Objective:
 
     def __init__(self, graph: Graph, step: Step, unplanned_peak: int, timed: bool):
         self.graph, self.step, self.timed = graph, step, timed
+        self.rejected: set[Plan] = set()  # plans over the limit by the target's count: not chosen again
         self.step_cost = cost(step_graph(graph, NO_PLAN, step))
         self.per_byte = held_share() * self.step_cost / max(unplanned_peak, 1) if timed else 0.0
 
@@ -276,48 +285,57 @@ def _chain_ladder(graph: Graph, limit: int, step: Step, chain, objective: _Objec
     """Chain plans with their exact counts, the best that fits `limit` among them: the DP's
     plans for the budgets of a ladder (`LADDER`), from the graph's one DP table (every budget
     chooses among the same plans). By recomputation, the rungs around the budget (the least
-    recomputing is near it); by time, every rung up to there (a plan for far less may be faster).
-    The DP's model of memory is not the count: mostly over it (a plan for a larger budget fits),
+    recomputing is near it); by time, every rung up to there (a plan for far less may be
+    faster), and those around it where none of them fits (near the least a plan reaches). The
+    DP's model of memory is not the count: mostly over it (a plan for a larger budget fits),
     sometimes under (one for a smaller budget is needed)."""
+    if not objective.timed:
+        return _ladder(graph, limit, step, chain, objective, by_time=False)
+    found = _ladder(graph, limit, step, chain, objective, by_time=True)
+    if any(peak <= limit and plan not in objective.rejected for plan, peak, _ in found):
+        return found
+    return found + _ladder(graph, limit, step, chain, objective, by_time=False)
+
+
+def _ladder(graph: Graph, limit: int, step: Step, chain, objective: _Objective, by_time: bool) -> Found:
     activation, base = activation_bytes(graph, step), base_bytes(graph)
     at = (limit - base) / max(activation, 1)  # the budget as a share of the activation memory
     # By time, the same rungs for every budget (the budget's own plan would be one more for some
     # budgets than for others: a bigger one could miss a plan a smaller one takes).
-    low = -math.inf if objective.timed else at - REACH
+    low = -math.inf if by_time else at - REACH
     rungs = {base + int(activation * share) for share in LADDER if low <= share <= at + REACH}
-    budgets = sorted(rungs if objective.timed and min(rungs, default=AMPLE) <= limit else rungs | {limit})
+    budgets = sorted(rungs if by_time and min(rungs, default=AMPLE) <= limit else rungs | {limit})
     made = list(dict.fromkeys(p for p in chain.plan_chains(graph, budgets, step) if p is not None))
     if not made:
         return []
     plain = chain.plan_chains(graph, [AMPLE], step)[0].cost  # the model's cost of the step without a plan
     made = [c._replace(cost=c.cost - plain) for c in made]  # what each adds, as `extra_cost` counts it
     # The model's overestimate, on the plan for the budget itself; by time, on the same plan for
-    # every budget (for half the activations, or the least the model reaches above), so that
-    # which plans may fit does not depend on the budget but through it.
-    own = next(filter(None, chain.plan_chains(graph, [base + activation // 2, AMPLE], step))) if objective.timed \
+    # every budget (for half the activations, else the step without a plan), so that which plans
+    # may fit does not depend on the budget but through it.
+    own = next(filter(None, chain.plan_chains(graph, [base + activation // 2, AMPLE], step))) if by_time \
         else made[min(bisect.bisect_right(budgets, limit) - 1, len(made) - 1)]
     found: Found = [(own.plan, total_peak(graph, own.plan, step), "optimal for the chain")]
     over = own.peak - found[0][1]
-    if objective.timed:
+    if by_time:
         made.sort(key=objective.of_chained)
-        near = NEAR * objective.step_cost
     else:
         made.reverse()  # the largest budget recomputes least
-        near = 0.0
     # On a graph that is no chain the model's peaks are no guide to which plans fit: all are counted.
     over = over + int(SPREAD * activation) if is_chain(graph) else AMPLE
-    _first_that_fits(graph, limit, step, made, over, found, objective, near)
+    _first_that_fits(graph, limit, step, made, over, found, objective, by_time)
     return found
 
 
 def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int, found: Found,
-                     objective: _Objective, near: float) -> None:
+                     objective: _Objective, by_time: bool) -> None:
     """Counts exactly the plans `made` (`chain.Chained`, best first by the model) until one
     fits, and adds them to `found`: those whose prediction less `over`, the most the model may
-    overestimate it, is within `limit`; then, by time, those after it the model ranks within
-    `near` of the best counted (the model's time is within about that of the exact count's: the
-    caller takes the best by the count); and the `BEYOND` better ones it skipped whose
-    predictions are least (the model overestimates some plans more than others: one may fit)."""
+    overestimate it, is within `limit`; then, by time, up to `NEAR_COUNTED` after it that the
+    model ranks within `NEAR` of the best counted (the model's time is within about that of the
+    exact count's: the caller takes the best by the count); by recomputation, the `BEYOND`
+    better ones it skipped whose predictions are least (the model overestimates some plans more
+    than others: one may fit)."""
 
     def fits(i: int) -> bool:
         plan = made[i].plan
@@ -330,15 +348,17 @@ def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int
     first = next((i for i in range(len(made)) if made[i].peak - over <= limit and fits(i)), None)
     if first is None:
         return
-    best = objective.of(next(f for f in found if f[0] == made[first].plan))[0]
-    counted = 0
-    for i in range(first + 1, len(made)):
-        if objective.of_chained(made[i]) - near > best or counted == NEAR_COUNTED:
-            break
-        if made[i].peak - over <= limit:
-            counted += 1
-            if fits(i):
-                best = min(best, objective.of(next(f for f in found if f[0] == made[i].plan))[0])
+    if by_time:
+        near, counted = NEAR * objective.step_cost, 0
+        best = objective.of(next(f for f in found if f[0] == made[first].plan))[0]
+        for i in range(first + 1, len(made)):
+            if objective.of_chained(made[i]) - near > best or counted == NEAR_COUNTED:
+                break
+            if made[i].peak - over <= limit:
+                counted += 1
+                if fits(i):
+                    best = min(best, objective.of(next(f for f in found if f[0] == made[i].plan))[0])
+        return
     skipped = sorted((i for i in range(first) if made[i].peak - over > limit), key=lambda i: made[i].peak)
     for i in skipped[:BEYOND]:
         fits(i)
