@@ -191,8 +191,9 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
 class _Objective:
     """What a plan is chosen by. "auto" takes the plan of least predicted time: the work it adds
     (`extra_cost`) and the memory it holds, weighed by the backend's `HELD` share of the
-    unplanned step's time (`cost.step_time`); so a bigger budget never gets a slower plan, and a
-    budget the step meets without a plan still gets one where holding less is faster. A forced
+    unplanned step's time (`cost.step_time`); so a bigger budget never gets a slower plan (to
+    within the model's ranking of close plans, `NEAR`), and a budget the step meets without a
+    plan still gets one where holding less is faster. A forced
     strategy's plan is the one of least recomputation (the strategy's own objective)."""
 
     def __init__(self, graph: Graph, step: Step, unplanned_peak: int, timed: bool):
