@@ -26,7 +26,7 @@ fixed so that the same graph always gets the same plan; only their ratios matter
 Work is not all a step's time: holding memory costs time too (fresh pages to fault in and
 zero, activations read back from memory rather than a cache), so on the CPU a step that holds
 less often runs faster though it recomputes more (the 64-layer MLP with √L segments: 1.34x the
-FLOPs, 0.96x the time on NumPy, 0.90x on XLA). `HELD` weighs it: the share of the unplanned
+FLOPs, 0.96-0.97x the time on NumPy, 0.89-0.94x on XLA). `HELD` weighs it: the share of the unplanned
 step's time its peak costs, a plan's in proportion to its peak (`step_time`). The planner takes
 the plan of least predicted time within a budget.
 
