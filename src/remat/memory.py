@@ -581,7 +581,8 @@ class Pareto:
     @property
     def time(self) -> list[float]:
         """Each planned step's predicted time over the unplanned one's, the memory it holds
-        counted (`PlanReport.time_ratio`): what "auto" minimises, so it never rises with the budget."""
+        counted (`PlanReport.time_ratio`): what "auto" minimises, so it does not rise with the
+        budget (to within the planner's ranking of close plans, `remat.planner.solve.NEAR`)."""
         return [r.time_ratio for r in self.reports]
 
     def __str__(self) -> str:

@@ -80,8 +80,9 @@ WEIGHTS = {
 # 20-budget sweep of three models (`python benchmarks/planner.py --sweep 20`): measured step time
 # less the work the model counts rose with the measured peak, by 0.37-0.45 of the step's time
 # on NumPy (R² 0.81-0.95) and 0.65 on XLA, with XLA's steps without a plan slower still (the
-# U-Net-like MLP: 1.03x, any plan of it 0.75-0.86x); the weights are the least with which the
-# plan of least predicted time is also the measured time's, within its noise, at every budget.
+# U-Net-like MLP: 1.03x, any plan of it 0.75-0.86x). The weights are the least with which
+# choosing, at each budget of that sweep, the measured plan of least predicted time among those of
+# smaller budgets gives step times that never rise with the budget beyond its noise.
 HELD = {"numpy": 0.4, "xla": 1.0}
 
 

@@ -61,7 +61,7 @@ class PlanReport:
     plan: Plan = NO_PLAN
     kept: tuple = ()  # rm.memory.Residual rows: what the planned step keeps for its backward pass
     counted_by: str = "the NumPy evaluator"  # whose count of memory the bytes are
-    extra_cost: float = 0.0  # what the planner minimised: the recomputation's time by the cost model
+    extra_cost: float = 0.0  # the recomputation's time by the cost model (with the memory held: `time_ratio`)
     step_cost: float = 0.0  # the unplanned step's, alike
     held_share: float = 0.0  # the share of the unplanned step's time its peak costs, by the cost model (`cost.HELD`)
     region: str | None = None  # the plan of a `with rm.memory_budget(...)` at this line, not of a whole step
