@@ -44,10 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
+from remat import timeline
 from remat.bench import impl_remat, timing
 from remat.bench.config import GPT, MLP, PLAN_NAMES, UNet, inputs, size_from_dict, size_to_dict
 from remat.errors import BudgetTooSmall
 from remat.memory import plan_report
+from remat.planner.cost import FLOPS, HELD, WEIGHTS, cost, step_time
+from remat.planner.peak import base_bytes
 
 SIZES = {
     # Activations dominate the parameters: 64 layers of (1024, 128) float32 (512 KiB each, above
@@ -105,10 +108,6 @@ def flops_job(job: dict) -> dict:
     predicts it (`modelled`: the work and the memory held, by the evaluator's count, as
     `PlanReport.time_ratio` weighs them). (A planned step's are its report's.)"""
     import remat as rm
-    from remat import timeline
-    from remat.bench import impl_remat
-    from remat.planner.cost import FLOPS, HELD, WEIGHTS, cost, step_time
-    from remat.planner.peak import base_bytes
 
     size = size_from_dict(job["size"])
     params, data = inputs(size)

@@ -55,7 +55,7 @@ from remat.autodiff import backward_pass, replay
 from remat.graph import Graph, Var
 from remat.planner.cost import Weights, current_weights
 from remat.planner.peak import ALL, Step, base_bytes, once, total_peak, traced_step
-from remat.planner.plan import Block, Plan
+from remat.planner.plan import NO_PLAN, Block, Plan
 from remat.planner.products import INNER, SavedProducts, saved_products, tail_costs
 from remat.planner.stages import Stage, merged, stages
 from remat.tensor import Tensor
@@ -593,7 +593,7 @@ def schedule_cost(model: ChainModel, schedule: Schedule) -> float:
 
 
 def to_plan(model: ChainModel, schedule: Schedule) -> Plan:
-    """The schedule as planner Blocks over the stages' node ranges."""
+    """The schedule as planner Blocks over the stages' node ranges (`NO_PLAN` where it has none)."""
 
     def block(seg: tuple) -> Block:
         a, m, body = seg[:3]
@@ -603,7 +603,8 @@ def to_plan(model: ChainModel, schedule: Schedule) -> Plan:
     def blocks(segs: Schedule) -> tuple[Block, ...]:
         return tuple(block(s) for s in segs if not isinstance(s, int))
 
-    return Plan(blocks(schedule), "chain")
+    made = blocks(schedule)
+    return Plan(made, "chain") if made else NO_PLAN
 
 
 # ---------------------------------------------------------------- the strategy

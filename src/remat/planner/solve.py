@@ -155,8 +155,9 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
     counted = "" if count.exact else f"; counted by {count.target}"
 
     def best(goal: int) -> tuple[Plan, str] | None:
-        candidates[:] = [(NO_PLAN, evaluated, "")] if evaluated <= goal and name != "auto" else \
-            _candidates(graph, goal, name, step, objective) + [(NO_PLAN, evaluated, "")]
+        candidates[:] = [(NO_PLAN, evaluated, "")]
+        if name == "auto" or evaluated > goal:  # a forced strategy plans only what does not fit
+            candidates.extend(_candidates(graph, goal, name, step, objective))
         fits = [(p, peak, status) for p, peak, status in candidates if peak <= goal and p not in objective.rejected]
         if not fits:
             return None
@@ -176,8 +177,8 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
     fits = [f for f in tried if f[1] <= limit]
     if fits:
         plan, peak, status = min(fits, key=objective.of)
-        if not plan.blocks:  # the chain's plan for room enough is the step without one
-            return NO_PLAN, peak, "the step fits without a plan, and no plan that fits is predicted faster"
+        if plan == NO_PLAN:
+            status = "the step fits without a plan, and no plan that fits is predicted faster"
         return plan, peak, status
     # The most frugal plan the strategies know, counted the target's way: "auto" takes it when it
     # fits (the error's smallest budget that works must work), else the error offers it.
@@ -306,16 +307,16 @@ def _ladder(graph: Graph, limit: int, step: Step, chain, objective: _Objective, 
     low = -math.inf if by_time else at - REACH
     rungs = {base + int(activation * share) for share in LADDER if low <= share <= at + REACH}
     budgets = sorted(rungs if by_time and min(rungs, default=AMPLE) <= limit else rungs | {limit})
-    made = list(dict.fromkeys(p for p in chain.plan_chains(graph, budgets, step) if p is not None))
+    # With the plans for the ladder, one for half the activations and the step without a plan.
+    *laddered, half, plain = chain.plan_chains(graph, budgets + [base + activation // 2, AMPLE], step)
+    made = [c._replace(cost=c.cost - plain.cost)  # what each adds, as `extra_cost` counts it
+            for c in dict.fromkeys(c for c in laddered if c is not None)]
     if not made:
         return []
-    plain = chain.plan_chains(graph, [AMPLE], step)[0].cost  # the model's cost of the step without a plan
-    made = [c._replace(cost=c.cost - plain) for c in made]  # what each adds, as `extra_cost` counts it
     # The model's overestimate, on the plan for the budget itself; by time, on the same plan for
     # every budget (for half the activations, else the step without a plan), so that which plans
     # may fit does not depend on the budget but through it.
-    own = next(filter(None, chain.plan_chains(graph, [base + activation // 2, AMPLE], step))) if by_time \
-        else made[min(bisect.bisect_right(budgets, limit) - 1, len(made) - 1)]
+    own = (half or plain) if by_time else made[min(bisect.bisect_right(budgets, limit) - 1, len(made) - 1)]
     found: Found = [(own.plan, total_peak(graph, own.plan, step), "optimal for the chain")]
     over = own.peak - found[0][1]
     if by_time:
@@ -338,27 +339,30 @@ def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int
     better ones it skipped whose predictions are least (the model overestimates some plans more
     than others: one may fit)."""
 
-    def fits(i: int) -> bool:
+    def counted(i: int) -> tuple[Plan, int, str]:
         plan = made[i].plan
-        peak = next((pk for p, pk, _ in found if p == plan), None)
-        if peak is None:
-            peak = total_peak(graph, plan, step)
-            found.append((plan, peak, "optimal for the chain"))
-        return peak <= limit
+        known = next((f for f in found if f[0] == plan), None)
+        if known is None:
+            known = (plan, total_peak(graph, plan, step), "optimal for the chain")
+            found.append(known)
+        return known
+
+    def fits(i: int) -> bool:
+        return counted(i)[1] <= limit
 
     first = next((i for i in range(len(made)) if made[i].peak - over <= limit and fits(i)), None)
     if first is None:
         return
     if by_time:
-        near, counted = NEAR * objective.step_cost, 0
-        best = objective.of(next(f for f in found if f[0] == made[first].plan))[0]
+        near, more = NEAR * objective.step_cost, 0
+        best = objective.of(counted(first))[0]
         for i in range(first + 1, len(made)):
-            if objective.of_chained(made[i]) - near > best or counted == NEAR_COUNTED:
+            if objective.of_chained(made[i]) - near > best or more == NEAR_COUNTED:
                 break
             if made[i].peak - over <= limit:
-                counted += 1
+                more += 1
                 if fits(i):
-                    best = min(best, objective.of(next(f for f in found if f[0] == made[i].plan))[0])
+                    best = min(best, objective.of(counted(i))[0])
         return
     skipped = sorted((i for i in range(first) if made[i].peak - over > limit), key=lambda i: made[i].peak)
     for i in skipped[:BEYOND]:
