@@ -109,3 +109,20 @@ def test_a_plan_read_back_prints_as_the_plan_made():
     assert repr(made.blocks[0].save) != repr(read.blocks[0].save)  # the sets print otherwise ...
     assert repr(read) == repr(made) == ("Plan(blocks=(Block(start=212, stop=232, inner=(), "
                                         "save=frozenset({212, 216, 220, 224, 228})),), strategy='chain')")
+
+
+def test_a_plan_is_keyed_by_the_jax_it_was_counted_with(monkeypatch):
+    """XLA's buffer report, which XLA plans are counted by, changes with JAX: another version
+    plans anew."""
+    real = plan_cache.metadata.version
+    plan_cache._code_digest.cache_clear()
+    here = plan_cache.entry_name("step", 0.5, "xla")
+    monkeypatch.setattr(plan_cache.metadata, "version",
+                        lambda package: "0.0.1" if package == "jaxlib" else real(package))
+    plan_cache._code_digest.cache_clear()
+    try:
+        assert plan_cache.entry_name("step", 0.5, "xla") != here
+    finally:
+        monkeypatch.undo()
+        plan_cache._code_digest.cache_clear()
+    assert plan_cache.entry_name("step", 0.5, "xla") == here

@@ -13,7 +13,7 @@ import pytest
 jax = pytest.importorskip("jax")
 
 import remat as rm  # noqa: E402
-from remat.backends import lowerings, xla, xla_ops  # noqa: E402
+from remat.backends import lowerings, xla, xla_ops, xla_scratch  # noqa: E402
 from remat.backends import numpy as numpy_backend  # noqa: E402
 from remat.core import OPS  # noqa: E402
 
@@ -282,6 +282,116 @@ def test_the_executables_buffer_report_is_last_memory(rng):
     # the loss and the gradients, and the output tuple's table of pointers (8 bytes each)
     assert memory.outputs == 4 + sum(np.asarray(a).nbytes for a in leaves) + 8 * (1 + len(leaves))
     assert memory.peak == memory.temp + memory.outputs
+
+
+LIBRARY = 'backend_config={"fusion_config":{"kind":"__ynn_fusion"}}'
+# A library fusion whose body reads its dot twice (an attention gradient's pattern), one whose
+# body reads its exponentials once, and an ordinary fusion reading a value twice.
+LIBRARY_HLO = """\
+HloModule step
+
+%fused_computation (param_0: f32[8,128,16], param_1: f32[8,16,128], param_2: f32[8,128,128]) -> f32[8,128,128] {
+  %param_0 = f32[8,128,16]{2,1,0} parameter(0)
+  %param_1 = f32[8,16,128]{2,1,0} parameter(1)
+  %dot.1 = f32[8,128,128]{2,1,0} dot(%param_0, %param_1), lhs_batch_dims={0}, lhs_contracting_dims={2}
+  %param_2 = f32[8,128,128]{2,1,0} parameter(2)
+  %mul.1 = f32[8,128,128]{2,1,0} multiply(%dot.1, %param_2)
+  %zero = f32[] constant(0)
+  %sum.1 = f32[8,128]{1,0} reduce(%mul.1, %zero), dimensions={2}, to_apply=%add
+  %bcast = f32[8,128,128]{2,1,0} broadcast(%sum.1), dimensions={0,1}
+  ROOT %sub.1 = f32[8,128,128]{2,1,0} subtract(%dot.1, %bcast)
+}
+
+%fused_computation.1 (param_0.1: f32[8,128,128]) -> f32[8,128] {
+  %param_0.1 = f32[8,128,128]{2,1,0} parameter(0)
+  %exp.1 = f32[8,128,128]{2,1,0} exponential(%param_0.1)
+  %square = f32[8,128,128]{2,1,0} multiply(%exp.1, %exp.1)
+  %zero.1 = f32[] constant(0)
+  ROOT %sum.2 = f32[8,128]{1,0} reduce(%square, %zero.1), dimensions={2}, to_apply=%add
+}
+
+%fused_computation.2 (param_0.2: bf16[1024]) -> bf16[1024] {
+  %param_0.2 = bf16[1024]{0} parameter(0)
+  %tanh.1 = bf16[1024]{0} tanh(%param_0.2)
+  ROOT %mul.2 = bf16[1024]{0} multiply(%tanh.1, %param_0.2)
+  %neg.1 = bf16[1024]{0} negate(%tanh.1)
+}
+
+ENTRY %main (a: f32[8,128,16], b: f32[8,16,128], c: f32[8,128,128], d: bf16[1024]) -> f32[8,128,128] {
+  %a = f32[8,128,16]{2,1,0} parameter(0)
+  %b = f32[8,16,128]{2,1,0} parameter(1)
+  %c = f32[8,128,128]{2,1,0} parameter(2)
+  %d = bf16[1024]{0} parameter(3)
+  %small = f32[8,128]{1,0} fusion(%c), kind=kCustom, calls=%fused_computation.1, @LIBRARY
+  %plain = bf16[1024]{0} fusion(%d), kind=kLoop, calls=%fused_computation.2
+  ROOT %grad = f32[8,128,128]{2,1,0} fusion(%a, %b, %c), kind=kCustom, calls=%fused_computation, @LIBRARY
+}
+""".replace("@LIBRARY", LIBRARY)
+
+
+def test_library_fusions_count_the_values_their_body_reads_twice():
+    # the dot, read by the product and the subtraction: 8 x 128 x 128 floats. The exponentials
+    # are read by one instruction (twice over: still streamed); the ordinary fusion is XLA's own,
+    # in its buffer report already.
+    assert xla_scratch.library_scratch(LIBRARY_HLO) == 8 * 128 * 128 * 4
+    assert xla_scratch.library_scratch(LIBRARY_HLO.replace("__ynn_fusion", "__other")) == 0
+    ordinary = "kind=kLoop, calls=%fused_computation.2"
+    both = LIBRARY_HLO.replace(ordinary, f"kind=kCustom, calls=%fused_computation.2, {LIBRARY}")
+    assert xla_scratch.library_scratch(both) == 8 * 128 * 128 * 4  # the largest, not the sum
+    only_bf16 = both.replace(f"calls=%fused_computation, {LIBRARY}", "calls=%fused_computation")
+    assert xla_scratch.library_scratch(only_bf16) == 1024 * 2
+
+
+def scaled_by_row_sums(x, w):
+    """A product read twice, by its row sums and by the scaling: XLA:CPU runs it as one library
+    fusion, which materializes the product beside the result."""
+    y = x @ w
+    return y * rm.sum(y, -1, keepdims=True)
+
+
+def test_a_library_fusions_scratch_is_in_the_buffer_report_and_the_peak(rng):
+    x, w = f32(rng, 8192, 128), f32(rng, 128, 128, scale=1 / 128)
+    compiled = rm.jit(scaled_by_row_sums, backend="xla").lower(x, w).compile()
+    compiled(x, w)
+    memory = compiled.last_memory
+    text = compiled.lowered._program.executable().as_text()
+    if "__ynn_fusion" not in text:
+        pytest.skip("this XLA runs no library fusion")
+    assert memory.scratch == xla_scratch.library_scratch(text) == 8192 * 128 * 4
+    assert memory.peak == memory.temp + memory.outputs + memory.scratch
+    # a softmax's gradient reads its output's products twice: a profile counts them too
+    profile = rm.memory.profile(lambda x: rm.sum(rm.nn.softmax(x) ** 2), f32(rng, 256, 128), backend="xla")
+    assert profile.xla.scratch > 0 and profile.peak_bytes == profile.xla.high
+
+
+LIBRARY_SCRATCH_RSS = """
+import gc, json, numpy as np, remat as rm
+from remat.bench.rss import peak_during
+from remat.bench.worker import set_up_xla
+from test_xla import scaled_by_row_sums
+rng = np.random.default_rng(0)
+x, w = (rm.asarray(rng.normal(size=s), "float32") for s in [(65536, 128), (128, 128)])
+compiled = rm.jit(scaled_by_row_sums, backend="xla").lower(x, w).compile()
+set_up_xla(); gc.collect()
+_, baseline, peak = peak_during(lambda: compiled(x, w)[0].shape, high_water=True)
+m = compiled.last_memory
+print(json.dumps({"rise": peak - baseline, "report": m.temp + m.outputs, "peak": m.peak}))
+"""
+
+
+@pytest.mark.claims
+def test_a_library_fusions_scratch_is_resident_while_it_runs():
+    """Resident memory of one run (32 MiB result): the report alone misses the materialized
+    product; with the scratch it bounds the run."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("measures host memory")
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_ARENA_MAX="1",
+               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", LIBRARY_SCRATCH_RSS], capture_output=True, text=True,
+                          timeout=300, check=True, env=env)
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["peak"] > got["report"], got  # this XLA materializes the product
+    assert 1.5 * got["report"] < got["rise"] <= 1.03 * got["peak"], got
 
 
 # ---------------------------------------------------------------- arrays: in, out, kept on device

@@ -231,23 +231,25 @@ class Event:
 @dataclasses.dataclass(frozen=True)
 class XlaFigure:
     """What XLA reports an executable holds while a step runs: its temporary buffers (`temp`, one
-    allocation for the whole run, sized by XLA's buffer assignment) and its outputs; `high`, their
-    sum, the most the step holds beyond its arguments.
+    allocation for the whole run, sized by XLA's buffer assignment) and its outputs, and what its
+    largest library fusion allocates while it runs, outside the report (`scratch`, see
+    `remat.backends.xla_scratch`); `high`, their sum, the most the step holds beyond its arguments.
 
     >>> import remat as rm
     >>> p = rm.memory.profile(lambda x: rm.sum(rm.tanh(x) * 2.0), rm.ones((256,)), backend="xla")
     >>> p.xla.outputs  # the gradient (1024 bytes), the value (4) and the output tuple's two pointers
     1044
-    >>> p.peak_bytes == p.xla.high == p.xla.temp + p.xla.outputs
+    >>> p.peak_bytes == p.xla.high == p.xla.temp + p.xla.outputs + p.xla.scratch
     True
     """
 
     temp: int
     outputs: int
+    scratch: int = 0
 
     @property
     def high(self) -> int:
-        return self.temp + self.outputs
+        return self.temp + self.outputs + self.scratch
 
 
 @dataclasses.dataclass
@@ -391,7 +393,7 @@ def _profile_xla(prog: _Program) -> Profile:
 
     runner = xla.lower(prog.graph).compile()
     runner(*prog.arrays)
-    measured = XlaFigure(runner.last_memory.temp, runner.last_memory.outputs)
+    measured = XlaFigure(runner.last_memory.temp, runner.last_memory.outputs, runner.last_memory.scratch)
     events = [Event(p.label, min(p.live, measured.high), min(p.high, measured.high),
                     "forward" if p.node < prog.n_forward else "backward")
               for p in timeline.predict(prog.graph)]

@@ -26,6 +26,7 @@ from jax import lax
 from remat import precision as matmul_precision
 from remat.backends.xla_layout import layout_of
 from remat.backends.xla_ops import evaluate, uniform
+from remat.backends.xla_scratch import library_scratch
 from remat.graph import Graph
 
 # ---------------------------------------------------------------- backward blocks in branches
@@ -74,15 +75,18 @@ def default_branches() -> bool:
 class ExecutableMemory:
     """What a run of the executable holds, from XLA's own buffer report: its temporary buffers
     (`temp`, one allocation for the whole run, sized by XLA's buffer assignment) and its outputs
-    (`outputs`), the caller's arguments left out. `peak` is their sum: the most the run holds at
-    once beyond its arguments. For a sharded program, the bytes of one device."""
+    (`outputs`), the caller's arguments left out; and what the largest library fusion allocates
+    while it runs, which the report leaves out (`scratch`, see `xla_scratch`). `peak` is their
+    sum: the most the run holds at once beyond its arguments. For a sharded program, the bytes
+    of one device."""
 
     temp: int
     outputs: int
+    scratch: int = 0
 
     @property
     def peak(self) -> int:
-        return self.temp + self.outputs
+        return self.temp + self.outputs + self.scratch
 
 
 class Program:
@@ -136,9 +140,12 @@ class Program:
         return self._compiled
 
     def memory(self) -> ExecutableMemory:
-        """XLA's buffer report of the compiled program (compiled now if it is not yet)."""
-        analysis = self.executable().memory_analysis()
-        return ExecutableMemory(int(analysis.temp_size_in_bytes), int(analysis.output_size_in_bytes))
+        """XLA's buffer report of the compiled program (compiled now if it is not yet), and its
+        library fusions' scratch."""
+        executable = self.executable()
+        analysis = executable.memory_analysis()
+        return ExecutableMemory(int(analysis.temp_size_in_bytes), int(analysis.output_size_in_bytes),
+                                library_scratch(executable.as_text()))
 
     def as_text(self) -> str:
         return self.lowered().as_text()

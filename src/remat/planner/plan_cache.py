@@ -4,7 +4,8 @@ per model, not once per run.
 
 An entry is keyed by everything the plan depends on: the step's graph as printed, the budget,
 the strategy, the differentiated inputs and seeded outputs, the backend it is counted for, and
-the planner's own code (remat's version and a digest of its source), so a stale plan is never
+the planner's own code (remat's version and a digest of its source, XLA's counting included)
+and the installed JAX (XLA's buffer report changes with it), so a stale plan is never
 read. Each entry is one file, written to a temporary name and renamed into place: processes
 planning the same step at once each write a whole file, and a reader sees one whole file or
 none. An entry that cannot be read (cut short, another format) is ignored and written again.
@@ -83,14 +84,15 @@ def store(name: str, report: PlanReport) -> None:
 
 @functools.cache
 def _code_digest() -> str:
-    """remat's version and a digest of the source of the modules a plan comes from: a changed
-    planner (or graph printer) plans anew even before the version changes."""
-    try:
-        version = metadata.version("remat")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
+    """The versions of remat and of JAX, and a digest of the source of the modules a plan comes
+    from: a changed planner (or graph printer, or count of XLA's memory) plans anew even before
+    the version changes."""
+    h = hashlib.sha256()
+    for package in ("remat", "jax", "jaxlib"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            h.update(f"{package} {metadata.version(package)};".encode())
     root = Path(__file__).parent.parent  # remat/
-    h = hashlib.sha256(version.encode())
-    for path in sorted([*root.glob("planner/*.py"), root / "graph.py", *root.glob("checkpoint/*.py")]):
+    for path in sorted([*root.glob("planner/*.py"), root / "graph.py", *root.glob("checkpoint/*.py"),
+                        *root.glob("backends/xla*.py")]):
         h.update(path.read_bytes())
     return h.hexdigest()
