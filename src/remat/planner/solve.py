@@ -61,7 +61,7 @@ BEYOND = 2
 SPREAD = 0.03  # how much more than on the plan for the budget itself the model may be over on another
 AMPLE = 2**62  # a budget every plan fits
 NEAR = 0.02  # by predicted time, how close (a share of the unplanned step's) the model may rank plans wrongly
-NEAR_COUNTED = 2  # how many such plans are counted, at most
+NEAR_COUNTED = 2  # how many such plans are counted, at most, where the model's peaks guide
 
 _REPORTS: ContextVar[list | None] = ContextVar("remat_plan_reports", default=None)
 
@@ -204,13 +204,30 @@ class _Objective:
         self.per_byte = held_share() * self.step_cost / max(unplanned_peak, 1) if timed else 0.0
 
     def of(self, found: tuple[Plan, int, str]) -> tuple[float, int]:
-        """The key of a plan found with its peak: least first."""
-        plan, peak = found[0], found[1]
-        return extra_cost(self.graph, plan, self.step) + self.per_byte * peak, peak
+        """The key of a plan found with its peak: least first. By time, plans the model cannot
+        tell apart (the same `NEAR` of the step's work) go by their peak: a bigger budget keeps
+        a smaller one's plan until a plan it can hold is faster by more than the model's
+        resolution, and of two plans as fast the one holding less is taken."""
+        return self._key(self.time(found), found[1])
 
-    def of_chained(self, chained) -> float:
+    def time(self, found: tuple[Plan, int, str]) -> float:
+        """What "auto" minimises, in the cost model's units: the plan's extra work and its peak held."""
+        plan, peak = found[0], found[1]
+        return extra_cost(self.graph, plan, self.step) + self.per_byte * peak
+
+    def of_chained(self, chained) -> tuple[float, int]:
         """The key of a chain plan by the DP model's predictions (`chain.Chained`)."""
+        return self._key(self.time_chained(chained), chained.peak)
+
+    def time_chained(self, chained) -> float:
         return chained.cost + self.per_byte * chained.peak
+
+    def bucket(self, time: float) -> float:
+        """Times the model cannot tell apart share a bucket (by time; else the time itself)."""
+        return math.floor(time / (NEAR * self.step_cost)) if self.timed and self.step_cost else time
+
+    def _key(self, time: float, peak: int) -> tuple[float, int]:
+        return self.bucket(time), peak
 
 
 Found = list[tuple[Plan, int, str]]  # plans with their exact total peaks and how they were found
@@ -334,8 +351,9 @@ def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int
     """Counts exactly the plans `made` (`chain.Chained`, best first by the model) until one
     fits, and adds them to `found`: those whose prediction less `over`, the most the model may
     overestimate it, is within `limit`; then, by time, up to `NEAR_COUNTED` after it that the
-    model ranks within `NEAR` of the best counted (the model's time is within about that of the
-    exact count's: the caller takes the best by the count); by recomputation, the `BEYOND`
+    model ranks within `NEAR` of the best counted, or all where its peaks are no guide (the
+    model's time is within about that of the exact count's; the caller takes the best by the
+    count, of plans as fast the one holding least); by recomputation, the `BEYOND`
     better ones it skipped whose predictions are least (the model overestimates some plans more
     than others: one may fit)."""
 
@@ -354,15 +372,17 @@ def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int
     if first is None:
         return
     if by_time:
-        near, more = NEAR * objective.step_cost, 0
-        best = objective.of(counted(first))[0]
+        near = NEAR * objective.step_cost
+        best = objective.time(counted(first))
+        guided = over < AMPLE  # else the model's peaks, and so its times, are no guide: all are counted
+        more = 0
         for i in range(first + 1, len(made)):
-            if objective.of_chained(made[i]) - near > best or more == NEAR_COUNTED:
-                break
-            if made[i].peak - over <= limit:
+            if guided and (more == NEAR_COUNTED or objective.of_chained(made[i])[0] > objective.bucket(best + near)):
+                break  # `made` is in order of the model's buckets: none further is near
+            if (objective.time_chained(made[i]) - near <= best or not guided) and made[i].peak - over <= limit:
                 more += 1
                 if fits(i):
-                    best = min(best, objective.of(counted(i))[0])
+                    best = min(best, objective.time(counted(i)))
         return
     skipped = sorted((i for i in range(first) if made[i].peak - over > limit), key=lambda i: made[i].peak)
     for i in skipped[:BEYOND]:
