@@ -2,17 +2,18 @@
 
 XLA:CPU hands some fusions to a library (YNNPACK, run through the Slinky pipeline runtime). Such a
 fusion gets its parameters and its result from XLA's buffers, but a value computed inside it
-and read twice there (a softmax's exponentials, summed and then divided; the attention
-gradient's scores, summed and then subtracted from) is materialized in full by the library,
-with `malloc`, while the fusion runs: memory XLA's `temp_size_in_bytes` does not count. On a
-GPT-style step planned near its least peak that was 4 MiB (one block's attention scores) above
-XLA's report, measured by resident memory.
+and read twice there may be materialized by the library, with `malloc`, while the fusion runs:
+memory XLA's `temp_size_in_bytes` does not count. A matrix product read by a sum and by a
+subtraction (the attention gradient's scores) is allocated whole; on a GPT-style step planned
+near its least peak that was 4 MiB above XLA's report, measured by resident memory. (An
+elementwise value read twice was kept a tile at a time in the cases measured.)
 
-`library_scratch(hlo)` reads the optimized HLO text and gives the most any one such fusion
-materializes; added to XLA's report it bounds what a run holds, as long as library fusions do
-not run side by side with others holding scratch (their thunks run in dependency order).
-A value read once streams through the fusion (a product summed at once allocates nothing), and
-broadcasts, bitcasts and constants are views: neither counts.
+`library_scratch(hlo)` reads the optimized HLO text and gives the most any one such fusion may
+materialize, every value two of its instructions read counted whole: added to XLA's report it
+bounds what a run holds, as long as library fusions holding scratch do not run side by side
+(their thunks run in dependency order). A value read once streams through the fusion (a
+product summed at once allocates nothing), and broadcasts, bitcasts and constants are views:
+neither counts.
 """
 
 from __future__ import annotations
