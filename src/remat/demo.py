@@ -162,7 +162,7 @@ def evaluate(params: dict, data, backend: str) -> tuple[float, float]:
 PEAK = {
     "numpy": "peak: measured, the evaluator's exact count of live bytes in one training step (arguments excluded)",
     "xla": "peak: measured, what one training step's executable holds as XLA's buffer report says: its "
-           "temporary buffers and its outputs (arguments excluded)",
+           "temporary buffers and its outputs (arguments excluded), and any scratch its library fusions allocate",
 }
 PICTURE = {
     "numpy": "live bytes after each node, measured",
