@@ -393,7 +393,7 @@ def _profile_xla(prog: _Program) -> Profile:
 
     runner = xla.lower(prog.graph).compile()
     runner(*prog.arrays)
-    measured = XlaFigure(runner.last_memory.temp, runner.last_memory.outputs, runner.last_memory.scratch)
+    measured = XlaFigure(**dataclasses.asdict(runner.last_memory))
     events = [Event(p.label, min(p.live, measured.high), min(p.high, measured.high),
                     "forward" if p.node < prog.n_forward else "backward")
               for p in timeline.predict(prog.graph)]

@@ -106,6 +106,7 @@ class Program:
         self.held = [v for v, a in graph.constants.items() if a.ndim and not uniform(a)]
         self._lowered: jax.stages.Lowered | None = None
         self._compiled: jax.stages.Compiled | None = None
+        self._memory: ExecutableMemory | None = None
 
     def mode(self):
         """64-bit dtypes need JAX's x64 mode while tracing, transferring and running."""
@@ -142,10 +143,12 @@ class Program:
     def memory(self) -> ExecutableMemory:
         """XLA's buffer report of the compiled program (compiled now if it is not yet), and its
         library fusions' scratch."""
-        executable = self.executable()
-        analysis = executable.memory_analysis()
-        return ExecutableMemory(int(analysis.temp_size_in_bytes), int(analysis.output_size_in_bytes),
-                                library_scratch(executable.as_text()))
+        if self._memory is None:  # read when asked: the module's text costs a few percent of a compile
+            executable = self.executable()
+            analysis = executable.memory_analysis()
+            self._memory = ExecutableMemory(int(analysis.temp_size_in_bytes), int(analysis.output_size_in_bytes),
+                                            library_scratch(executable.as_text()))
+        return self._memory
 
     def as_text(self) -> str:
         return self.lowered().as_text()
@@ -181,13 +184,17 @@ class Runner:
             where = None if program.layout is None else [program.layout.replicated] * len(program.held)
             self._held = jax.device_put([program.graph.constants[v] for v in program.held], where)
         self._returned = [k for k, v in enumerate(program.graph.inputs) if v in set(program.graph.outputs)]
-        self._memory = program.memory()
-        self.last_memory: ExecutableMemory | None = None
+        self._ran = False
+
+    @property
+    def last_memory(self) -> ExecutableMemory | None:
+        """What a run holds (None before the first)."""
+        return self.program.memory() if self._ran else None
 
     def __call__(self, *args) -> list:
         with self.program.mode():
             outs = self._executable(np.True_, *self._held, *self._arguments(args))
-            self.last_memory = self._memory
+            self._ran = True
             return outs
 
     def _arguments(self, args) -> list:

@@ -262,12 +262,12 @@ def noise_of(ratios: list[float]) -> float:
 
 
 def pareto(result: dict, backend: str) -> list[str]:
-    """The budgets whose planned step is slower, beyond the noise (as `sweep_checks` has it),
-    than a hand-placed plan whose measured peak is at or below the planned step's own: one line
+    """The budgets whose planned step is slower, beyond the noise (`time_tolerance`), than a
+    hand-placed plan whose measured peak is at or below the planned step's own: one line
     each (empty: Pareto holds)."""
     rows, fails = result["rows"], []
     none = rows.get((backend, "none"), {})
-    tol = max(noise_of(result["noise"].get(backend, [])), repeat_noise(result, backend))
+    tol = time_tolerance(result, backend)
     for (be, plan), row in rows.items():
         if be != backend or not isinstance(plan, float) or "peak" not in row:
             continue
@@ -485,15 +485,13 @@ def sweep_checks(result: dict) -> list[str]:
     """The sweep's bars for each backend's planned rows, in order of budget: within the budget
     (+3%), predicted within 3% (on XLA of its buffer report, which the plan is counted by; the
     resident memory, `peak`, must be within the budget), the peak never above that of a larger
-    budget, the time never above a smaller budget's beyond the noise (the control's, or the
-    spread of one plan timed at several budgets, the larger: `repeat_noise`)."""
+    budget, the time never above a smaller budget's beyond the noise (`time_tolerance`)."""
     fails = []
     for be in {b for b, _ in result["rows"]}:
         planned = sorted((p, r) for (b, p), r in result["rows"].items() if b == be and isinstance(p, float)
                          and "peak" in r)
-        ratios = result["noise"].get(be)
         none = result["rows"].get((be, "none"), {})
-        tol = max(noise_of(ratios) if ratios else 0.0, repeat_noise(result, be))
+        tol = time_tolerance(result, be)
         for k, (plan, row) in enumerate(planned):
             name = f"{result['model']} {be} {plan_label(plan)}"
             if row["peak"] + row["base"] > (1 + SWEEP_OVER) * (row["budget"] + row["base"]):
@@ -511,6 +509,12 @@ def sweep_checks(result: dict) -> list[str]:
             if mine is not None and theirs is not None and mine > theirs + tol:
                 fails.append(f"{name}: time {mine:.2f}x above the smaller budget's {theirs:.2f}x (+{tol:.2f} noise)")
     return fails
+
+
+def time_tolerance(result: dict, backend: str) -> float:
+    """How much slower one step may measure than another and be as fast, in this run: the
+    larger of the control's noise (`noise_of`) and of one plan's spread (`repeat_noise`)."""
+    return max(noise_of(result["noise"].get(backend, [])), repeat_noise(result, backend))
 
 
 def repeat_noise(result: dict, backend: str) -> float:

@@ -380,9 +380,10 @@ def _first_that_fits(graph: Graph, limit: int, step: Step, made: list, over: int
         guided = over < AMPLE  # else the model's peaks, and so its times, are no guide: all are counted
         more = 0
         for i in range(first + 1, len(made)):
-            if guided and (more == NEAR_COUNTED or objective.of_chained(made[i])[0] > objective.bucket(best + near)):
+            model = objective.time_chained(made[i])
+            if guided and (more == NEAR_COUNTED or objective.bucket(model) > objective.bucket(best + near)):
                 break  # `made` is in order of the model's buckets: none further is near
-            if (objective.time_chained(made[i]) - near <= best or not guided) and made[i].peak - over <= limit:
+            if (model - near <= best or not guided) and made[i].peak - over <= limit:
                 more += 1
                 if fits(i):
                     best = min(best, objective.time(counted(i)))
