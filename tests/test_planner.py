@@ -571,7 +571,10 @@ def test_one_plans_search_works_out_each_exact_peak_once(monkeypatch):
     with peaks.planning():
         assert peaks.total_peak(g, plan) == first == peaks.total_peak(g, plan)
         assert stages(g) is stages(g)
+        # The step without a plan is traced once: its count and the chain model's kept values
+        assert peaks.traced_step(g).graph is peaks.step_graph(g)
     assert len(counted) == 3
+    assert peaks.traced_step(g) is not peaks.traced_step(g)
     assert stages(g) is not stages(g) and stages(g) == stages(g)
 
 

@@ -17,7 +17,7 @@ from remat.loops import revolve
 from remat.models import residual_mlp_loss, residual_mlp_params
 from remat.planner import chain
 from remat.planner.chain import ChainModel, cheapest, min_peak, schedule_cost, schedule_peak, to_plan
-from remat.planner.peak import base_bytes, step_graph, step_peak, total_peak
+from remat.planner.peak import ALL, base_bytes, step_graph, step_peak, total_peak
 from remat.planner.products import SavedProducts
 
 # ---------------------------------------------------------------- abstract chains
@@ -332,3 +332,51 @@ def test_a_scan_stage_counts_the_residuals_its_gradient_stacks():
     assert step_peak(graph) <= schedule_peak(model, plain) <= step_peak(graph) + unit
     least = chain._least(model)
     assert schedule_peak(model, least) == step_peak(graph, to_plan(model, least)) == 7 * unit + 4
+
+
+def _custom(op):
+    @rm.custom_vjp
+    def f(x):
+        return op(x)
+
+    f.defvjp(lambda x: (op(x), x), lambda x, g: (g * rm.cos(x),))
+    return f
+
+
+def test_repeated_stages_with_sub_graphs_are_counted_once_per_kind(monkeypatch):
+    # Layers holding a custom_vjp (as the GPT-style model's layer norms do) repeat too: their
+    # gradients' own peaks are worked out as often as those of the same layers without one, a
+    # kind being the ops, shapes and wiring of the stage and of the bodies it holds (a body of
+    # other ops is another kind); each figure is the stage's own.
+    rng = np.random.default_rng(0)
+    ws = [rng.standard_normal((32, 32)).astype(np.float32) for _ in range(8)]
+    x = rm.asarray(rng.standard_normal((16, 32)).astype(np.float32))
+    worked = []
+    real = chain._own_peak
+
+    def counted(graph, stage, kept):
+        worked.append(stage)
+        return real(graph, stage, kept)
+
+    def model_of(kinds):
+        def loss(x):
+            for w, f in zip(ws, kinds):
+                x = f(x @ w) + x
+            return rm.sum(x * x)
+
+        graph = rm.make_graph(loss)(x)
+        worked.clear()
+        model = chain.chain_model(graph)
+        kept = chain._kept_values(graph, ALL)
+        assert model.own.tolist() == [real(graph, s, kept)[0] for s in worked_stages(graph)]
+        return len(model), len(worked)
+
+    monkeypatch.setattr(chain, "_own_peak", counted)
+    stages, plain = model_of([rm.sin] * 8)
+    assert plain < stages
+    assert model_of([_custom(rm.sin)] * 8) == (stages, plain)
+    assert model_of([_custom(rm.sin), _custom(rm.tanh)] * 4)[1] > plain
+
+
+def worked_stages(graph):
+    return chain.merged(graph, chain.stages(graph, ALL), chain.MOST_STAGES)

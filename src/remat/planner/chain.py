@@ -253,29 +253,34 @@ def _own_peaks(graph: Graph, chain: list[Stage], kept: set[Var]) -> list[tuple[i
     out = []
     for s in chain:
         key = _signature(graph, s, kept)
-        if key is None:
-            out.append(_own_peak(graph, s, kept))
-            continue
         if key not in seen:
             seen[key] = _own_peak(graph, s, kept)
         out.append(seen[key])
     return out
 
 
-def _signature(graph: Graph, stage: Stage, kept: set[Var]) -> tuple | None:
-    """What `_own_peak` depends on: the ops, their params, types and wiring (None for blocks,
-    whose bodies are not compared)."""
-    nodes = graph.nodes[stage.start : stage.stop]
-    if any(n.subgraphs() for n in nodes):
-        return None
+def _signature(graph: Graph, stage: Stage, kept: set[Var]) -> tuple:
+    """What `_own_peak` depends on: the ops, their params, types and wiring (a sub-graph by its
+    program as it prints: its ops and types, its values named in order)."""
     names: dict[Var, int] = {}
     later = set(_crossing(graph, stage.stop))
 
     def name(v: Var) -> tuple:
         return (names.setdefault(v, len(names)), v.shape, str(v.dtype), v in graph.constants, v in later, v in kept)
 
-    return tuple((n.op, repr(sorted(n.params.items())), tuple(map(name, n.inputs)), tuple(map(name, n.outputs)))
-                 for n in nodes)
+    return tuple((n.op, tuple((k, _param_key(p)) for k, p in sorted(n.params.items())), tuple(map(name, n.inputs)),
+                  tuple(map(name, n.outputs)))
+                 for n in graph.nodes[stage.start : stage.stop])
+
+
+def _param_key(value: object) -> object:
+    if isinstance(value, Graph):
+        return str(value)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
 
 
 def _own_peak(graph: Graph, stage: Stage, kept: set[Var]) -> tuple[int, int, int]:
@@ -405,8 +410,10 @@ class _Table:
         q = _unit(model, budget)
         u = _Units(model, q, budget // q)
         top = u.top
-        full = np.full((n + 1, n + 1, top + 2), np.inf)  # held beyond `top` (index top + 1) never fits: inf
-        part = np.full((n + 1, n + 1, top + 2), np.inf)
+        # Columns past `top` (held beyond the budget) never fit: inf, as many again as there are
+        # levels, so that the entries for `s` more held are one row from column s (`_rows`).
+        full = np.full((n + 1, n + 1, 2 * top + 2), np.inf)
+        part = np.full((n + 1, n + 1, 2 * top + 2), np.inf)
         choice = np.full((2, n + 1, n + 1, top + 1), PLAIN, np.int32)
         k = np.arange(top + 1)
         prefix = np.concatenate([[0.0], np.cumsum(model.cost)])
@@ -426,16 +433,16 @@ class _Table:
                     saving -= model.spared[m][:, :, None]
                     ends = np.where(saving < blocks, m[:, :, None] + (t + 1) * SAVING, ends)
                     blocks = np.minimum(blocks, saving)
-                at = np.argmin(blocks, axis=1)
-                row = np.arange(len(a))[:, None]
-                low[:, : top + 1], pick[:, : top + 1] = blocks[row, at, k[None, :]], ends[row, at, k[None, :]]
-            shifted = np.minimum(k[None, :] + u.extra[a][:, None], top + 1)
-            for table, plain, at, side in ((full, plain_full, k[None, :], 0), (part, plain_part, shifted, 1)):
-                cands = low[np.arange(len(a))[:, None], at]
+                at = np.argmin(blocks, axis=1)[:, None, :]
+                low[:, : top + 1] = np.take_along_axis(blocks, at, axis=1)[:, 0]
+                pick[:, : top + 1] = np.take_along_axis(ends, at, axis=1)[:, 0]
+            rows = np.arange(len(a))
+            for table, plain, shift, side in ((full, plain_full, 0, 0), (part, plain_part, u.extra[a], 1)):
+                cands = _rows(low, rows, shift, top)
                 # A block only where it beats running plainly by more than rounding.
                 better = cands < plain - np.where(np.isfinite(plain), 1e-9 * np.abs(plain), 0.0)
                 table[a, b, : top + 1] = np.where(better, cands, plain)
-                choice[side, a, b] = np.where(better, pick[np.arange(len(a))[:, None], at], PLAIN)
+                choice[side, a, b] = np.where(better, _rows(pick, rows, shift, top), PLAIN)
         self.model, self.units, self.choice = model, u, choice
         self.whole = full[0, n]  # the cost of the whole chain by the room held; what `schedule` reads of `full`
 
@@ -478,14 +485,22 @@ class _Units:
         self.fwd_need, self.back_need = up(fwd), up(back)  # [a, b]
 
 
+def _rows(table: np.ndarray, *index) -> np.ndarray:
+    """`table[*cells, s + k]` for k = 0..top, where `index` is the cells, then the shifts s, then
+    top: the entries for s more held (s past top + 1 clipped to it: all inf), each a slice of one
+    row rather than top + 1 cells gathered one by one."""
+    *cells, shift, top = index
+    windows = np.lib.stride_tricks.sliding_window_view(table, top + 1, axis=-1)
+    return windows[(*cells, np.minimum(shift, top + 1))]
+
+
 def _plain_costs(u: _Units, part: np.ndarray, cost: np.ndarray, a: np.ndarray, b: np.ndarray,
                  k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows: ranges [a, b) starting with stage a plain, with x_a held whole or in part; columns:
     memory held."""
     kk = k[None, :]
     fwd, back = u.fwd_need[a, b][:, None], u.back_need[a, b][:, None]
-    held = np.minimum(kk + u.kept[a][:, None], u.top + 1)
-    rest = cost[a][:, None] + (0.0 if b[0] - a[0] == 1 else part[(a + 1)[:, None], b[:, None], held])
+    rest = cost[a][:, None] + (0.0 if b[0] - a[0] == 1 else _rows(part, a + 1, b, u.kept[a], u.top))
     fits = kk + back <= u.top
     return (np.where(fits & (kk + fwd <= u.top), rest, np.inf),
             np.where(fits & (kk + fwd + u.extra[a][:, None] <= u.top), rest, np.inf))
@@ -495,9 +510,8 @@ def _block_costs(u: _Units, full: np.ndarray, prefix: np.ndarray, a: np.ndarray,
                  k: np.ndarray) -> np.ndarray:
     """Axis 0: ranges [a, b); axis 1: the block over [a, m) for each m of the row; axis 2: memory
     held (x_a included)."""
-    kk = k[None, None, :]
-    rest = full[m[:, :, None], b[:, None, None], np.minimum(u.out[m - 1][:, :, None] + kk, u.top + 1)]
-    again = full[a[:, None, None], m[:, :, None], np.minimum(u.ct[b][:, None, None] + kk, u.top + 1)]
+    rest = _rows(full, m, b[:, None], u.out[m - 1], u.top)
+    again = _rows(full, a[:, None], m, u.ct[b][:, None], u.top)
     need = u.block_fwd[a[:, None], m] + u.pend[b][:, None]
     fits = k[None, None, :] + need[:, :, None] <= u.top
     return np.where(fits, (prefix[m] - prefix[a][:, None])[:, :, None] + rest + again, np.inf)
@@ -509,7 +523,7 @@ def _saving_block_costs(u: _Units, full: np.ndarray, prefix: np.ndarray, skipped
     block's backward runs its body once more, plainly, without the products."""
     kk = k[None, None, :]
     held = u.out[m - 1] + u.saved[t, a[:, None], m]
-    rest = full[m[:, :, None], b[:, None, None], np.minimum(held[:, :, None] + kk, u.top + 1)]
+    rest = _rows(full, m, b[:, None], held, u.top)
     need = np.maximum(u.dot_fwd[t, a[:, None], m] + u.pend[b][:, None],
                       u.dot_back[t, a[:, None], m] + u.ct[b][:, None])
     runs = 2 * (prefix[m] - prefix[a][:, None]) - skipped[a[:, None], m]

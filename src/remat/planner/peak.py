@@ -103,7 +103,13 @@ class TracedStep:
 
 
 def traced_step(graph: Graph, step: Step = ALL) -> TracedStep:
-    """The gradient step of `graph` (no plan applied), with the owner of each forward value."""
+    """The gradient step of `graph` (no plan applied), with the owner of each forward value;
+    traced once per search (the count of the step without a plan and the chain model's kept
+    values read the same one)."""
+    return once(("traced_step", graph, step), lambda: _traced_step(graph, step))
+
+
+def _traced_step(graph: Graph, step: Step) -> TracedStep:
     wrt = len(graph.inputs) if step.wrt is None else step.wrt
     seeded = len(graph.outputs) if step.seeded is None else step.seeded
     owner: dict[Var, int] = {}
