@@ -13,6 +13,7 @@ nodes traced inside `with rm.memory_budget(...)`: the printer shows it as that `
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ class Var:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return int(math.prod(self.shape)) * self.dtype.itemsize
 
     @property
     def type_str(self) -> str:

@@ -7,6 +7,7 @@ trace.py). Its operators and methods are installed by the ops that compute them
 
 from __future__ import annotations
 
+import math
 import sys
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
@@ -120,7 +121,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self.shape))
 
     def _concrete_value(self, what: str) -> np.ndarray:
         if self._trace is not None:

@@ -45,6 +45,9 @@ def _bool_unary(x: Aval) -> Aval:
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy broadcasting of shapes; a ShapeError names them when they don't broadcast."""
+    first = tuple(shapes[0])
+    if all(tuple(s) == first for s in shapes[1:]):  # most operands of a traced step
+        return first
     ndim = builtins.max(len(s) for s in shapes)
     padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
     out = []

@@ -43,8 +43,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from remat.core import OPS
 from remat.graph import Graph, Node
 from remat.planner.target import current
@@ -106,7 +104,7 @@ def step_time(extra: float, peak: int, step_cost: float, unplanned_peak: int, he
 
 
 def _size(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+    return int(math.prod(shape))
 
 
 def node_cost(node: Node, weights: Weights | None = None) -> float:
