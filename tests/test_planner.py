@@ -14,6 +14,7 @@ from remat.budget import Budget, parse_budget
 from remat.models import residual_mlp_params, unet_loss
 from remat.planner import chain, milp, solve
 from remat.planner import peak as peaks
+from remat.planner import plan as plan_module
 from remat.planner.cost import cost
 from remat.planner.plan import NO_PLAN, PLANNER, Block, Plan, apply
 from remat.planner.sqrt import plan_sqrt, segment_plans
@@ -103,6 +104,25 @@ def test_plan_saves_exactly_the_chosen_values():
     body = block.params["body"]
     (saved,) = body.outputs[len(body.outputs) - 1 :]
     assert next(n for n in body.nodes if saved in n.outputs).op == "tanh"
+
+
+def test_blocks_over_identical_layers_work_out_what_their_gradient_reads_once(monkeypatch):
+    # Which values a saving block keeps depends on what its body's own gradient reads: traced
+    # once per program (the four layers print alike), the same choice as tracing each block's.
+    fn, args = mlp(depth=4)
+    graph = rm.make_graph(fn)(*args)
+    plan = Plan(tuple(Block(i, i + 4, save=frozenset({i})) for i in range(0, 16, 4)), "chain")
+    traced = []
+    real = plan_module.gradient_view
+    monkeypatch.setattr(plan_module, "gradient_view", lambda body: traced.append(body) or real(body))
+    monkeypatch.setattr(plan_module, "_READS", {})
+    once = apply(graph, plan)
+    assert len(traced) == 1 and once.count("checkpoint") == 4
+    monkeypatch.setattr(plan_module, "READS_KEPT", 0)
+    monkeypatch.setattr(plan_module, "_READS", {})
+    each = apply(graph, plan)
+    assert len(traced) == 5 and str(each) == str(once)
+    assert all(n.params["num_residuals"] == 1 for n in once.nodes if n.op == "checkpoint")
 
 
 def test_malformed_plan_is_named():

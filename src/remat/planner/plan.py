@@ -14,6 +14,7 @@ single top-level nodes here: a plan may put them inside its blocks, never change
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass
 
 from remat.checkpoint.block import _checkpoint, _walk
@@ -164,12 +165,39 @@ def _bind(body: Graph, explicit: list[Tensor], captured: list[Tensor], save: set
     residuals: list[Var] = []
     if save & {v for n in body.nodes for v in n.outputs}:
         chosen = [save.intersection(n.outputs) for n in body.nodes]
-        residuals = _walk(body, chosen, gradient_view(body).plain_reads())[0]
+        residuals = _walk(body, chosen, plain_reads(body))[0]
     saved = tuple(range(len(explicit))) if explicit else tuple(range(len(captured)))
     extra = {"num_residuals": len(residuals)} if residuals else {}
     full = Graph(body.inputs, body.outputs + residuals, body.nodes, body.constants)
     outs = bind(_checkpoint, *explicit, *captured, body=full, saved=saved, policy=PLANNER, **extra)
     return list(outs[: len(body.outputs)])
+
+
+def plain_reads(body: Graph) -> set[Var]:
+    """`gradient_view(body).plain_reads()`, traced once per program: a plan's blocks over
+    identical layers print alike, and read alike by position (a node's output or an input)."""
+    key = str(body)
+    with _LOCK:
+        positions = _READS.pop(key, None)
+    if positions is None:
+        where = _positions(body)
+        positions = frozenset(where[v] for v in gradient_view(body).plain_reads())
+    with _LOCK:
+        _READS[key] = positions  # the most recent last
+        while len(_READS) > READS_KEPT:
+            _READS.pop(next(iter(_READS)))
+    return {v for v, at in _positions(body).items() if at in positions}
+
+
+def _positions(body: Graph) -> dict[Var, tuple[int, int]]:
+    where = {v: (-1, i) for i, v in enumerate(body.inputs)}
+    where.update((v, (j, k)) for j, n in enumerate(body.nodes) for k, v in enumerate(n.outputs))
+    return where
+
+
+READS_KEPT = 256  # programs whose reads are kept, the least recently used dropped first
+_READS: dict[str, frozenset[tuple[int, int]]] = {}
+_LOCK = threading.Lock()
 
 
 def block_nodes(plan: Plan) -> dict[int, tuple[Block, ...]]:
