@@ -438,11 +438,11 @@ class _Table:
                 pick[:, : top + 1] = np.take_along_axis(ends, at, axis=1)[:, 0]
             rows = np.arange(len(a))
             for table, plain, shift, side in ((full, plain_full, 0, 0), (part, plain_part, u.extra[a], 1)):
-                cands = _rows(low, rows, shift, top)
+                cands = _rows(low, (rows,), shift, top)
                 # A block only where it beats running plainly by more than rounding.
                 better = cands < plain - np.where(np.isfinite(plain), 1e-9 * np.abs(plain), 0.0)
                 table[a, b, : top + 1] = np.where(better, cands, plain)
-                choice[side, a, b] = np.where(better, _rows(pick, rows, shift, top), PLAIN)
+                choice[side, a, b] = np.where(better, _rows(pick, (rows,), shift, top), PLAIN)
         self.model, self.units, self.choice = model, u, choice
         self.whole = full[0, n]  # the cost of the whole chain by the room held; what `schedule` reads of `full`
 
@@ -485,11 +485,10 @@ class _Units:
         self.fwd_need, self.back_need = up(fwd), up(back)  # [a, b]
 
 
-def _rows(table: np.ndarray, *index) -> np.ndarray:
-    """`table[*cells, s + k]` for k = 0..top, where `index` is the cells, then the shifts s, then
-    top: the entries for s more held (s past top + 1 clipped to it: all inf), each a slice of one
-    row rather than top + 1 cells gathered one by one."""
-    *cells, shift, top = index
+def _rows(table: np.ndarray, cells: tuple, shift, top: int) -> np.ndarray:
+    """`table[*cells, s + k]` for k = 0..top: the entries for s = `shift` more held (s past
+    top + 1 clipped to it: all inf), each a slice of one row rather than top + 1 cells gathered
+    one by one."""
     windows = np.lib.stride_tricks.sliding_window_view(table, top + 1, axis=-1)
     return windows[(*cells, np.minimum(shift, top + 1))]
 
@@ -500,7 +499,7 @@ def _plain_costs(u: _Units, part: np.ndarray, cost: np.ndarray, a: np.ndarray, b
     memory held."""
     kk = k[None, :]
     fwd, back = u.fwd_need[a, b][:, None], u.back_need[a, b][:, None]
-    rest = cost[a][:, None] + (0.0 if b[0] - a[0] == 1 else _rows(part, a + 1, b, u.kept[a], u.top))
+    rest = cost[a][:, None] + (0.0 if b[0] - a[0] == 1 else _rows(part, (a + 1, b), u.kept[a], u.top))
     fits = kk + back <= u.top
     return (np.where(fits & (kk + fwd <= u.top), rest, np.inf),
             np.where(fits & (kk + fwd + u.extra[a][:, None] <= u.top), rest, np.inf))
@@ -510,8 +509,8 @@ def _block_costs(u: _Units, full: np.ndarray, prefix: np.ndarray, a: np.ndarray,
                  k: np.ndarray) -> np.ndarray:
     """Axis 0: ranges [a, b); axis 1: the block over [a, m) for each m of the row; axis 2: memory
     held (x_a included)."""
-    rest = _rows(full, m, b[:, None], u.out[m - 1], u.top)
-    again = _rows(full, a[:, None], m, u.ct[b][:, None], u.top)
+    rest = _rows(full, (m, b[:, None]), u.out[m - 1], u.top)
+    again = _rows(full, (a[:, None], m), u.ct[b][:, None], u.top)
     need = u.block_fwd[a[:, None], m] + u.pend[b][:, None]
     fits = k[None, None, :] + need[:, :, None] <= u.top
     return np.where(fits, (prefix[m] - prefix[a][:, None])[:, :, None] + rest + again, np.inf)
@@ -523,7 +522,7 @@ def _saving_block_costs(u: _Units, full: np.ndarray, prefix: np.ndarray, skipped
     block's backward runs its body once more, plainly, without the products."""
     kk = k[None, None, :]
     held = u.out[m - 1] + u.saved[t, a[:, None], m]
-    rest = _rows(full, m, b[:, None], held, u.top)
+    rest = _rows(full, (m, b[:, None]), held, u.top)
     need = np.maximum(u.dot_fwd[t, a[:, None], m] + u.pend[b][:, None],
                       u.dot_back[t, a[:, None], m] + u.ct[b][:, None])
     runs = 2 * (prefix[m] - prefix[a][:, None]) - skipped[a[:, None], m]

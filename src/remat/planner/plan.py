@@ -14,6 +14,7 @@ single top-level nodes here: a plan may put them inside its blocks, never change
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
 from dataclasses import dataclass
 
@@ -176,7 +177,7 @@ def _bind(body: Graph, explicit: list[Tensor], captured: list[Tensor], save: set
 def plain_reads(body: Graph) -> set[Var]:
     """`gradient_view(body).plain_reads()`, traced once per program: a plan's blocks over
     identical layers print alike, and read alike by position (a node's output or an input)."""
-    key = str(body)
+    key = hashlib.sha256(str(body).encode()).digest()
     with _LOCK:
         positions = _READS.pop(key, None)
     if positions is None:
@@ -196,7 +197,7 @@ def _positions(body: Graph) -> dict[Var, tuple[int, int]]:
 
 
 READS_KEPT = 256  # programs whose reads are kept, the least recently used dropped first
-_READS: dict[str, frozenset[tuple[int, int]]] = {}
+_READS: dict[bytes, frozenset[tuple[int, int]]] = {}  # by the digest of the program
 _LOCK = threading.Lock()
 
 
