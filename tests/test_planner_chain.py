@@ -368,7 +368,8 @@ def test_repeated_stages_with_sub_graphs_are_counted_once_per_kind(monkeypatch):
         worked.clear()
         model = chain.chain_model(graph)
         kept = chain._kept_values(graph, ALL)
-        assert model.own.tolist() == [real(graph, s, kept)[0] for s in worked_stages(graph)]
+        stages = chain.merged(graph, chain.stages(graph, ALL), chain.MOST_STAGES)
+        assert model.own.tolist() == [real(graph, s, kept)[0] for s in stages]
         return len(model), len(worked)
 
     monkeypatch.setattr(chain, "_own_peak", counted)
@@ -376,7 +377,3 @@ def test_repeated_stages_with_sub_graphs_are_counted_once_per_kind(monkeypatch):
     assert plain < stages
     assert model_of([_custom(rm.sin)] * 8) == (stages, plain)
     assert model_of([_custom(rm.sin), _custom(rm.tanh)] * 4)[1] > plain
-
-
-def worked_stages(graph):
-    return chain.merged(graph, chain.stages(graph, ALL), chain.MOST_STAGES)

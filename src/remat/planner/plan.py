@@ -178,16 +178,16 @@ def plain_reads(body: Graph) -> set[Var]:
     """`gradient_view(body).plain_reads()`, traced once per program: a plan's blocks over
     identical layers print alike, and read alike by position (a node's output or an input)."""
     key = hashlib.sha256(str(body).encode()).digest()
+    where = _positions(body)
     with _LOCK:
         positions = _READS.pop(key, None)
     if positions is None:
-        where = _positions(body)
         positions = frozenset(where[v] for v in gradient_view(body).plain_reads())
     with _LOCK:
         _READS[key] = positions  # the most recent last
         while len(_READS) > READS_KEPT:
             _READS.pop(next(iter(_READS)))
-    return {v for v, at in _positions(body).items() if at in positions}
+    return {v for v, at in where.items() if at in positions}
 
 
 def _positions(body: Graph) -> dict[Var, tuple[int, int]]:

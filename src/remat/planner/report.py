@@ -12,7 +12,7 @@ import numpy as np
 
 from remat.graph import Graph, type_str
 from remat.planner.cost import cost, flops, node_flops, step_time
-from remat.planner.peak import ALL, Step, step_graph
+from remat.planner.peak import ALL, Step, once, step_graph
 from remat.planner.plan import NO_PLAN, Plan, extra_runs
 
 
@@ -166,7 +166,9 @@ def extra_cost(graph: Graph, plan: Plan, step: Step = ALL) -> float:
 def _added(graph: Graph, plan: Plan, step: Step, count: Callable[[Graph], float]) -> float:
     if not plan.blocks:
         return 0.0
-    return float(count(step_graph(graph, plan, step)) - count(step_graph(graph, NO_PLAN, step)))
+    # Once per search (`peak.once`): the planner compares each plan with many others.
+    return once(("added", count, graph, plan, step),
+                lambda: float(count(step_graph(graph, plan, step)) - count(step_graph(graph, NO_PLAN, step))))
 
 
 def format_bytes(n: int) -> str:

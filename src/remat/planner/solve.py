@@ -200,7 +200,6 @@ class _Objective:
     def __init__(self, graph: Graph, step: Step, unplanned_peak: int, timed: bool):
         self.graph, self.step, self.timed = graph, step, timed
         self.rejected: set[Plan] = set()  # plans over the limit by the target's count: not chosen again
-        self._extra: dict[Plan, float] = {}
         self.step_cost = cost(step_graph(graph, NO_PLAN, step))
         self.per_byte = held_share() * self.step_cost / max(unplanned_peak, 1) if timed else 0.0
 
@@ -213,10 +212,7 @@ class _Objective:
 
     def time(self, found: tuple[Plan, int, str]) -> float:
         """What "auto" minimises, in the cost model's units: the plan's extra work and its peak held."""
-        plan, peak = found[0], found[1]
-        if plan not in self._extra:  # plans are compared many times over
-            self._extra[plan] = extra_cost(self.graph, plan, self.step)
-        return self._extra[plan] + self.per_byte * peak
+        return extra_cost(self.graph, found[0], self.step) + self.per_byte * found[1]
 
     def of_chained(self, chained) -> tuple[float, int]:
         """The key of a chain plan by the DP model's predictions (`chain.Chained`)."""
