@@ -49,7 +49,7 @@ from remat.bench import impl_remat, timing
 from remat.bench.config import GPT, MLP, PLAN_NAMES, UNet, inputs, size_from_dict, size_to_dict
 from remat.errors import BudgetTooSmall
 from remat.memory import plan_report
-from remat.planner.cost import FLOPS, HELD, WEIGHTS, cost, step_time
+from remat.planner.cost import FLOPS, WEIGHTS, cost, step_time
 from remat.planner.peak import base_bytes
 
 SIZES = {
@@ -116,8 +116,7 @@ def flops_job(job: dict) -> dict:
 
     def modelled(backend: str) -> float:
         work = {p: cost(g, WEIGHTS[backend]) for p, g in graphs.items()}
-        return step_time(work[job["plan"]] - work["none"], peaks[job["plan"]], work["none"], peaks["none"],
-                         HELD[backend])
+        return step_time(work[job["plan"]] - work["none"], peaks[job["plan"]], work["none"], peaks["none"])
 
     ratio = cost(graphs[job["plan"]], FLOPS) / cost(graphs["none"], FLOPS)
     return {"flops": ratio, "modelled": {backend: modelled(backend) for backend in WEIGHTS}}

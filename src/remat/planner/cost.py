@@ -27,7 +27,7 @@ Work is not all a step's time: holding memory costs time too (fresh pages to fau
 zero, activations read back from memory rather than a cache), so on the CPU a step that holds
 less often runs faster though it recomputes more (the 64-layer MLP with √L segments: 1.34x the
 FLOPs, 0.96-0.97x the time on NumPy, 0.89-0.94x on XLA). `HELD` weighs it: the share of the unplanned
-step's time its peak costs, a plan's in proportion to its peak (`step_time`). The planner takes
+step's time its peak costs, a plan's in proportion to its peak (`step_time`), on both backends. The planner takes
 the plan of least predicted time within a budget.
 
 >>> import remat as rm
@@ -74,22 +74,24 @@ WEIGHTS = {
 }
 
 
-# The share of the unplanned step's time that holding its peak costs, a backend. Fitted to the
-# 20-budget sweep of three models (`python benchmarks/planner.py --sweep 20`): measured step time
-# less the work the model counts rose with the measured peak, by 0.37-0.45 of the step's time
-# on NumPy (R² 0.81-0.95) and 0.65 on XLA, with XLA's steps without a plan slower still (the
-# U-Net-like MLP: 1.03x, any plan of it 0.75-0.86x). The weights are the least with which
-# choosing, at each budget of that sweep, the measured plan of least predicted time among those of
-# smaller budgets gives step times that never rise with the budget beyond its noise.
-HELD = {"numpy": 0.4, "xla": 1.0}
+# The share of the unplanned step's time that holding its peak costs. Fitted to the 20-budget
+# sweep of three models (`python benchmarks/planner.py --sweep 20`): on XLA measured step time
+# less the work the model counts rose with the measured peak by 0.65 of the step's time, with
+# XLA's steps without a plan slower still (the U-Net-like MLP: 1.03x, any plan of it
+# 0.75-0.86x); 1.0 is the least with which choosing, at each budget of that sweep, the measured
+# plan of least predicted time among those of smaller budgets gives step times that never rise
+# with the budget beyond its noise. On NumPy the same fit gave 0.37-0.45 in one run, but the
+# 64-layer MLP's plans holding 0.19-0.56x of its activation memory (predicted within 4% of each
+# other at that weight) then measured in opposite orders from run to run (the allocator's state:
+# which frees hand pages back to the system), and timed alone the larger ran slower
+# (1.05-1.08x the unplanned step at 0.19x held, 1.10-1.12x at 0.40-0.56x); at 1.0 one plan
+# serves it from 20% of its memory up. The U-Net-like MLP is the counterexample: its plan
+# holding 0.46x, predicted 0.88x, measures 1.2x on NumPy (its recomputation is not hidden by
+# what holding less saves, as the MLP's is).
+HELD = 1.0
 
 
-def held_share() -> float:
-    """`HELD` of the backend the step is traced for."""
-    return HELD.get(current().backend, HELD["numpy"])
-
-
-def step_time(extra: float, peak: int, step_cost: float, unplanned_peak: int, held: float | None = None) -> float:
+def step_time(extra: float, peak: int, step_cost: float, unplanned_peak: int, held: float = HELD) -> float:
     """A planned step's predicted time as a share of the unplanned one's: its work (the step's
     `step_cost` and the plan's `extra`) and its peak held (`HELD`), each over the unplanned
     step's.
@@ -99,7 +101,6 @@ def step_time(extra: float, peak: int, step_cost: float, unplanned_peak: int, he
     >>> round(step_time(3.0, 40, 10.0, 100, held=0.5), 3)  # 30% more work, 40% of the memory
     1.0
     """
-    held = held_share() if held is None else held
     return (1.0 + extra / step_cost + held * peak / unplanned_peak) / (1.0 + held) if step_cost else 1.0
 
 
@@ -157,5 +158,5 @@ def flops(graph: Graph) -> float:
     return cost(graph, FLOPS)
 
 
-__all__ = ["Weights", "FLOPS", "WEIGHTS", "HELD", "held_share", "step_time", "current_weights", "node_cost", "cost",
+__all__ = ["Weights", "FLOPS", "WEIGHTS", "HELD", "step_time", "current_weights", "node_cost", "cost",
            "node_flops", "flops"]

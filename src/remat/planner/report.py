@@ -63,7 +63,6 @@ class PlanReport:
     counted_by: str = "the NumPy evaluator"  # whose count of memory the bytes are
     extra_cost: float = 0.0  # the recomputation's time by the cost model (with the memory held: `time_ratio`)
     step_cost: float = 0.0  # the unplanned step's, alike
-    held_share: float = 0.0  # the share of the unplanned step's time its peak costs, by the cost model (`cost.HELD`)
     region: str | None = None  # the plan of a `with rm.memory_budget(...)` at this line, not of a whole step
     regions: tuple[PlanReport, ...] = ()  # the step's regions, planned before it (`rm.memory.plan_report`)
 
@@ -82,7 +81,7 @@ class PlanReport:
     def time_ratio(self) -> float:
         """The planned step's predicted time over the unplanned one's: the work it recomputes and
         the memory it holds (`remat.planner.cost.step_time`). "auto" chooses the least."""
-        return step_time(self.extra_cost, self.predicted_peak, self.step_cost, self.unplanned_peak, self.held_share)
+        return step_time(self.extra_cost, self.predicted_peak, self.step_cost, self.unplanned_peak)
 
     def __str__(self) -> str:
         lines = [

@@ -43,7 +43,7 @@ from remat.errors import ArgumentValueError, BudgetTooSmall, at_source, user_sou
 from remat.graph import Graph
 from remat.planner import plan_cache, sqrt
 from remat.planner import target as targets
-from remat.planner.cost import cost, flops, held_share
+from remat.planner.cost import HELD, cost, flops
 from remat.planner.peak import ALL, Step, StepCount, activation_bytes, base_bytes, planning, step_graph, total_peak
 from remat.planner.plan import NO_PLAN, Plan, apply
 from remat.planner.report import PlanReport, PlanWarning, extra_cost, extra_flops, recomputed_values
@@ -136,7 +136,7 @@ def _plan(graph: Graph, memory_budget, strategy, step: Step, target: Target) -> 
         strategy=plan.strategy, memory_budget=memory_budget, budget_bytes=limit, predicted_peak=peak,
         base_bytes=count.base, unplanned_peak=count.base + count.activation, recomputed=recomputed_values(graph, plan),
         extra_flops=extra_flops(graph, plan, step), step_flops=flops(unplanned),
-        extra_cost=extra_cost(graph, plan, step), step_cost=cost(unplanned), held_share=held_share(),
+        extra_cost=extra_cost(graph, plan, step), step_cost=cost(unplanned),
         solver_status=status, solver_time=time.perf_counter() - started, plan=plan, counted_by=str(target))
 
 
@@ -191,7 +191,7 @@ def _fitting(graph: Graph, written, limit: int, name: str, step: Step, count: St
 
 class _Objective:
     """What a plan is chosen by. "auto" takes the plan of least predicted time: the work it adds
-    (`extra_cost`) and the memory it holds, weighed by the backend's `HELD` share of the
+    (`extra_cost`) and the memory it holds, weighed by the `HELD` share of the
     unplanned step's time (`cost.step_time`); so a bigger budget never gets a slower plan (to
     within the model's ranking of close plans, `NEAR`), and a budget the step meets without a
     plan still gets one where holding less is faster. A forced
@@ -201,7 +201,7 @@ class _Objective:
         self.graph, self.step, self.timed = graph, step, timed
         self.rejected: set[Plan] = set()  # plans over the limit by the target's count: not chosen again
         self.step_cost = cost(step_graph(graph, NO_PLAN, step))
-        self.per_byte = held_share() * self.step_cost / max(unplanned_peak, 1) if timed else 0.0
+        self.per_byte = HELD * self.step_cost / max(unplanned_peak, 1) if timed else 0.0
 
     def of(self, found: tuple[Plan, int, str]) -> tuple[float, int]:
         """The key of a plan found with its peak: least first. By time, plans the model cannot
