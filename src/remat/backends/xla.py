@@ -32,34 +32,56 @@ from remat.graph import Graph
 # ---------------------------------------------------------------- backward blocks in branches
 
 
-#: The run-time predicate backward blocks branch on while a program is lowered with branches
-#: (None: lowered inline). A tracer of the executable's first argument.
-_TAKEN: ContextVar = ContextVar("remat_xla_taken", default=None)
+#: While a program is lowered with branches: the run-time predicate backward blocks branch on (a
+#: tracer of the executable's first argument), and the branches made so far by program (None:
+#: lowered inline).
+_TAKEN: ContextVar[tuple | None] = ContextVar("remat_xla_taken", default=None)
 
 
 @contextlib.contextmanager
 def _branching(taken) -> Iterator[None]:
-    token = _TAKEN.set(taken)
+    token = _TAKEN.set(None if taken is None else (taken, {}))
     try:
         yield
     finally:
         _TAKEN.reset(token)
 
 
+def _branches(body: Graph, made: dict) -> tuple[Callable, Callable]:
+    """The conditional's two branches for `body`, one pair per program: JAX traces a branch once
+    per function and operand types, so the backward blocks of identical layers are traced into
+    JAX once, not once a layer. A program is its printed text, the values of its array
+    constants (printed by type alone) and the functions its nodes hold (printed by name)."""
+    key = (str(body), tuple((a.dtype.str, a.shape, a.tobytes()) for g in _graphs(body) for a in g.constants.values()),
+           tuple(id(v) for n in body.walk() for v in n.params.values() if callable(v) and not isinstance(v, Graph)))
+    if key not in made:
+        def taken(*xs):
+            return tuple(evaluate(body, xs))
+
+        def untaken(*_):  # never runs; gives the branch's types
+            return tuple(jnp.zeros(v.shape, v.dtype) for v in body.outputs)
+
+        made[key] = (taken, untaken, body)  # the body kept alive: the ids above stay its functions'
+    return made[key][:2]
+
+
+def _graphs(graph: Graph) -> Iterator[Graph]:
+    yield graph
+    for node in graph.walk():
+        yield from node.subgraphs()
+
+
 def run_block(*args, body: Graph, **params):  # the other params are for the VJP rule
     """A block whose body runs once where it stands (checkpoint, custom_vjp, custom_jvp): inlined,
     or on the CPU a checkpoint's backward block as the branch of a conditional (`default_branches`)."""
-    taken = _TAKEN.get()
+    branching = _TAKEN.get()
     # A checkpoint's backward block (`differentiated`, behind a barrier: prevent_cse=False asks
     # for none, and for the recomputation to merge with the forward pass, as in JAX).
-    if taken is None or not params.get("differentiated") or params.get("prevent_cse") is False:
+    if branching is None or not params.get("differentiated") or params.get("prevent_cse") is False:
         # Forward evaluation inlines the body: its internals are temporaries of the executable.
         return tuple(evaluate(body, args))
-
-    def untaken(*_):  # never runs; gives the branch's types
-        return tuple(jnp.zeros(v.shape, v.dtype) for v in body.outputs)
-
-    return tuple(lax.cond(taken, lambda *xs: tuple(evaluate(body, xs)), untaken, *args))
+    predicate, made = branching
+    return tuple(lax.cond(predicate, *_branches(body, made), *args))
 
 
 def default_branches() -> bool:
