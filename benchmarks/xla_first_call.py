@@ -5,6 +5,8 @@ The step is `value_and_grad` of the residual MLP of `remat.models` with a checkp
 Identical layers should not cost a compile each: the target is that 1,024 layers take at most
 twice as long as 64. Each first call runs in a fresh process (JAX started and warmed up before
 the clock starts), the depths alternate, and the median of the pair ratios is compared with it.
+Beside it, the same model written in JAX (`jax.jit(jax.value_and_grad(...))`, `jax.checkpoint`
+per layer), timed alike: what XLA itself costs a layer when a model is a Python loop.
 
     python benchmarks/xla_first_call.py [--shallow 64 --deep 1024 --repeats 3]
 """
@@ -39,8 +41,30 @@ def first_call(depth: int, width: int, batch: int) -> float:
     return timing.seconds(partial(step, params, x))
 
 
-def in_child(depth: int, width: int, batch: int) -> float:
-    args = [sys.executable, os.path.abspath(__file__), "--child", str(depth),
+def jax_first_call(depth: int, width: int, batch: int) -> float:
+    """`first_call` of the same model, step and checkpoints written in JAX."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from remat.models import residual_mlp_params
+
+    params = [(jnp.asarray(w), jnp.asarray(b)) for w, b in residual_mlp_params(depth, width)]
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(batch, width)), jnp.float32)
+    jax.block_until_ready(jnp.zeros(1) + 1)
+    layer = jax.checkpoint(lambda h, w, b: h + jnp.tanh(h @ w + b))
+
+    def loss(params, x):
+        for w, b in params:
+            x = layer(x, w, b)
+        return jnp.mean(x * x)
+
+    step = jax.jit(jax.value_and_grad(loss))
+    return timing.seconds(partial(step, params, x))
+
+
+def in_child(framework: str, depth: int, width: int, batch: int) -> float:
+    args = [sys.executable, os.path.abspath(__file__), "--child", str(depth), "--framework", framework,
             "--width", str(width), "--batch", str(batch)]
     done = subprocess.run(args, capture_output=True, text=True, check=True)
     return float(done.stdout.strip().splitlines()[-1])
@@ -54,25 +78,31 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--no-jax", action="store_true", help="time remat alone")
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--framework", default="remat", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
-        print(first_call(a.child, a.width, a.batch))
+        print((jax_first_call if a.framework == "jax" else first_call)(a.child, a.width, a.batch))
         return 0
-    children = {depth: partial(in_child, depth, a.width, a.batch) for depth in (a.shallow, a.deep)}
+    frameworks = ("remat",) if a.no_jax else ("remat", "jax")
+    children = {(f, depth): partial(in_child, f, depth, a.width, a.batch)
+                for f in frameworks for depth in (a.shallow, a.deep)}
     times = timing.round_robin(children, a.repeats)
-    ratios = timing.ratios(times[a.deep], times[a.shallow])
-    ratio = statistics.median(ratios)
+    ratios = {f: timing.ratios(times[f, a.deep], times[f, a.shallow]) for f in frameworks}
+    ratio = statistics.median(ratios["remat"])
     limit = TARGET
     if a.json:
-        print(json.dumps({"times": times, "ratios": ratios, "median": ratio, "limit": limit}))
+        print(json.dumps({"times": {f"{f}/{d}": ts for (f, d), ts in times.items()}, "ratios": ratios,
+                          "median": ratio, "limit": limit}))
         return 0
-    for depth, ts in times.items():
+    for (f, depth), ts in times.items():
         runs = ", ".join(f"{t:.2f}" for t in ts)
-        print(f"{depth:>6} layers: first call {statistics.median(ts):6.2f} s  (runs: {runs})")
-    spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
-    verdict = "ok" if ratio <= limit else "NOT MET"
-    print(f"deep / shallow: {ratio:.2f}x median (pairs {spread}), target <= {limit:g}x  {verdict}")
+        print(f"{f:>5} {depth:>5} layers: first call {statistics.median(ts):6.2f} s  (runs: {runs})")
+    for f in frameworks:
+        spread = f"{min(ratios[f]):.2f}-{max(ratios[f]):.2f}"
+        verdict = f", target <= {limit:g}x  {'ok' if ratio <= limit else 'NOT MET'}" if f == "remat" else ""
+        print(f"{f:>5} deep / shallow: {statistics.median(ratios[f]):.2f}x median (pairs {spread}){verdict}")
     return 0 if ratio <= limit else 1
 
 

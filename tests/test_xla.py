@@ -232,6 +232,36 @@ def test_the_step_is_one_executable_with_a_conditional_per_backward_block(rng):
     assert _cases(xla.lower(forward, branches=True).as_text()) == 0  # the forward pass runs inline
 
 
+def test_identical_backward_blocks_are_traced_into_jax_once(rng, monkeypatch):
+    # JAX traces a conditional's branch once per function: identical layers share theirs.
+    params, x = mlp(rng, depth=4)
+    graph = rm.make_graph(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)))(params, x)
+    bodies = [n.params["body"] for n in graph.walk() if n.params.get("differentiated")]
+    evaluated = []
+    real = xla.evaluate
+    monkeypatch.setattr(xla, "evaluate", lambda g, *a: evaluated.append(id(g)) or real(g, *a))
+    text = xla.lower(graph, branches=True).as_text()
+    assert len(bodies) == 4 and _cases(text) == 4
+    # The first layer's block alone makes no cotangent for the step's input: two programs.
+    assert len({str(b) for b in bodies}) == 2
+    assert sum(e in {id(b) for b in bodies} for e in evaluated) == 2
+
+
+def test_backward_blocks_differing_only_in_their_constants_get_their_own_branches(rng):
+    # Array constants print by their type alone: their values tell the programs apart.
+    scales = [rng.normal(size=(2, 4)).astype(np.float32) for _ in range(3)]
+
+    def loss(x):
+        for s in scales:
+            x = rm.checkpoint(lambda h, s=s: rm.tanh(h * s), x)
+        return rm.sum(x)
+
+    graph = rm.make_graph(rm.grad(loss))(f32(rng, 2, 4))
+    assert len({str(n.params["body"]) for n in graph.walk() if n.params.get("differentiated")}) == 1
+    x = f32(rng, 2, 4)
+    assert_trees_close(on("xla", rm.grad(loss), x), on("numpy", rm.grad(loss), x))
+
+
 def test_on_accelerators_backward_blocks_stay_inline_behind_their_barriers(rng):
     params, x = mlp(rng, depth=3)
     graph = rm.make_graph(rm.value_and_grad(lambda p, x: mlp_loss(p, x, 1)))(params, x)
@@ -440,3 +470,18 @@ def test_checkpoints_lower_peak_memory_on_xla_cpu():
     peak = {row["plan"]: row["peak_mib"] for row in json.loads(done.stdout.strip().splitlines()[-1])}
     assert peak["layer"] <= 0.60 * peak["none"], peak
     assert peak["sqrt"] <= 0.35 * peak["none"], peak
+
+
+@pytest.mark.claims
+def test_the_first_call_benchmark_times_both_depths_in_both_frameworks():
+    # Not a timing claim: each first call runs in a process of its own, and the ratios are the
+    # deep depth's over the shallow's, round by round.
+    script = os.path.join(ROOT, "benchmarks", "xla_first_call.py")
+    done = subprocess.run([sys.executable, script, "--shallow", "2", "--deep", "4", "--repeats", "2", "--json"],
+                          capture_output=True, text=True, timeout=600, check=True)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(out["times"]) == ["jax/2", "jax/4", "remat/2", "remat/4"]
+    assert all(len(ts) == 2 and all(t > 0 for t in ts) for ts in out["times"].values())
+    for f in ("remat", "jax"):
+        assert out["ratios"][f] == [a / b for a, b in zip(out["times"][f"{f}/4"], out["times"][f"{f}/2"])]
+    assert out["median"] == float(np.median(out["ratios"]["remat"])) and out["limit"] == 2.0
