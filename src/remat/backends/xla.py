@@ -35,25 +35,23 @@ from remat.graph import Graph
 #: While a program is lowered with branches: the run-time predicate backward blocks branch on (a
 #: tracer of the executable's first argument), and the branches made so far by program (None:
 #: lowered inline).
-_TAKEN: ContextVar[tuple | None] = ContextVar("remat_xla_taken", default=None)
+_BRANCHING: ContextVar[tuple | None] = ContextVar("remat_xla_branching", default=None)
 
 
 @contextlib.contextmanager
 def _branching(taken) -> Iterator[None]:
-    token = _TAKEN.set(None if taken is None else (taken, {}))
+    token = _BRANCHING.set(None if taken is None else (taken, {}))
     try:
         yield
     finally:
-        _TAKEN.reset(token)
+        _BRANCHING.reset(token)
 
 
 def _branches(body: Graph, made: dict) -> tuple[Callable, Callable]:
     """The conditional's two branches for `body`, one pair per program: JAX traces a branch once
     per function and operand types, so the backward blocks of identical layers are traced into
-    JAX once, not once a layer. A program is its printed text, the values of its array
-    constants (printed by type alone) and the functions its nodes hold (printed by name)."""
-    key = (str(body), tuple((a.dtype.str, a.shape, a.tobytes()) for g in _graphs(body) for a in g.constants.values()),
-           tuple(id(v) for n in body.walk() for v in n.params.values() if callable(v) and not isinstance(v, Graph)))
+    JAX once, not once a layer. A program is its printed text and what the text leaves out."""
+    key = (str(body), tuple(_unprinted(body)))
     if key not in made:
         def taken(*xs):
             return tuple(evaluate(body, xs))
@@ -65,16 +63,23 @@ def _branches(body: Graph, made: dict) -> tuple[Callable, Callable]:
     return made[key][:2]
 
 
-def _graphs(graph: Graph) -> Iterator[Graph]:
-    yield graph
-    for node in graph.walk():
-        yield from node.subgraphs()
+def _unprinted(graph: Graph) -> Iterator:
+    """What a program's text does not tell apart: the values of arrays (printed by their type, or
+    elided), and the functions its nodes hold (printed by name), by identity."""
+    graphs = [graph, *(sub for node in graph.walk() for sub in node.subgraphs())]
+    values = [*(a for g in graphs for a in g.constants.values()),
+              *(v for n in graph.walk() for v in n.params.values() if not isinstance(v, Graph))]
+    for v in values:
+        if isinstance(v, np.ndarray):
+            yield v.dtype.str, v.shape, v.tobytes()
+        elif callable(v):
+            yield id(v)
 
 
 def run_block(*args, body: Graph, **params):  # the other params are for the VJP rule
     """A block whose body runs once where it stands (checkpoint, custom_vjp, custom_jvp): inlined,
     or on the CPU a checkpoint's backward block as the branch of a conditional (`default_branches`)."""
-    branching = _TAKEN.get()
+    branching = _BRANCHING.get()
     # A checkpoint's backward block (`differentiated`, behind a barrier: prevent_cse=False asks
     # for none, and for the recomputation to merge with the forward pass, as in JAX).
     if branching is None or not params.get("differentiated") or params.get("prevent_cse") is False:
