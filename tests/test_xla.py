@@ -477,12 +477,12 @@ def test_the_first_call_benchmark_times_both_depths_of_each_variant():
     # Not a timing claim: each first call runs in a process of its own, the ratios are the deep
     # depth's over the shallow's, round by round; the peaks are the deep steps' buffer reports.
     script = os.path.join(ROOT, "benchmarks", "xla_first_call.py")
-    args = ["--shallow", "2", "--deep", "4", "--repeats", "2", "--width", "8", "--peaks", "--json"]
+    args = ["--shallow", "2", "--deep", "4", "--repeats", "1", "--width", "8", "--peaks", "--json"]
     done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=600, check=True)
     out = json.loads(done.stdout.strip().splitlines()[-1])
     variants = ["jax", "remat", "remat-scan"]
     assert set(out["times"]) == {f"{v}/{d}" for v in variants for d in (2, 4)}
-    assert all(len(ts) == 2 and all(t > 0 for t in ts) for ts in out["times"].values())
+    assert all(len(ts) == 1 and ts[0] > 0 for ts in out["times"].values())
     for v in variants:
         assert out["ratios"][v] == [a / b for a, b in zip(out["times"][f"{v}/4"], out["times"][f"{v}/2"])]
         assert out["medians"][v] == float(np.median(out["ratios"][v]))
