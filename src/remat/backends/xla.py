@@ -39,8 +39,8 @@ _BRANCHING: ContextVar[tuple | None] = ContextVar("remat_xla_branching", default
 
 
 @contextlib.contextmanager
-def _branching(taken) -> Iterator[None]:
-    token = _BRANCHING.set(None if taken is None else (taken, {}))
+def _branching(predicate) -> Iterator[None]:
+    token = _BRANCHING.set(None if predicate is None else (predicate, {}))
     try:
         yield
     finally:
