@@ -30,7 +30,13 @@ import subprocess
 import sys
 from functools import partial
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import remat as rm
 from remat.bench import timing
+from remat.models import residual_mlp_loss, residual_mlp_params, scanned_mlp_loss, stack_params
 
 TARGET = 2.0  # deep / shallow
 VARIANTS = ("remat", "remat-scan", "jax")
@@ -38,13 +44,6 @@ VARIANTS = ("remat", "remat-scan", "jax")
 
 def step_of(variant: str, depth: int, width: int, batch: int) -> tuple:
     """(the step, its arguments) of `variant` (see the module docstring), not yet called."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    import remat as rm
-    from remat.models import residual_mlp_loss, residual_mlp_params, scanned_mlp_loss, stack_params
-
     params = residual_mlp_params(depth, width)
     x = np.random.default_rng(0).normal(size=(batch, width)).astype(np.float32)
     if variant == "remat":
@@ -65,8 +64,6 @@ def step_of(variant: str, depth: int, width: int, batch: int) -> tuple:
 
 def first_call(variant: str, depth: int, width: int, batch: int) -> float:
     """Seconds of the first call of a fresh step, until its results are ready."""
-    import jax
-
     step, args = step_of(variant, depth, width, batch)
     jax.block_until_ready(jax.numpy.zeros(1) + 1)  # start the runtime outside the clock
     return timing.seconds(partial(step, *args))
