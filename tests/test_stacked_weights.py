@@ -212,6 +212,10 @@ def test_a_stacked_argument_also_read_whole_is_sliced_at_run_time_offsets():
     lowered = rm.jit(rm.grad(loss), backend="xla").lower(stacked, x)
     ops = [n.op for n in lowered._program.graph.nodes]
     assert ops.count("take") == 6 and "slice" not in ops  # w's; b is sliced on the host
+    # The offsets reach XLA as six arguments, not as constants of the program's text (which
+    # would make each layer's kernel a kernel of its own again).
+    main = re.search(r"func\.func public @main\(([^)]*)\)", lowered.as_text()).group(1)
+    assert main.count("tensor<1xi32>") == 6
     got = lowered.compile()(stacked, x)
     want = rm.jit(rm.grad(loss))(stacked, x)
     np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-12, atol=1e-14)

@@ -140,8 +140,10 @@ def _constant(a: np.ndarray):
 
 
 def uniform(a: np.ndarray) -> bool:
-    """All elements equal: a constant XLA can make as a broadcast."""
-    return bool(a.ndim and a.size and (a == a.flat[0]).all())
+    """Two or more elements, all equal: a constant XLA can make as a broadcast. A one-element
+    array is no broadcast: the backend hands it to the executable as an argument, as run-time
+    offsets need (xla_offsets.py)."""
+    return bool(a.size > 1 and (a == a.flat[0]).all())
 
 
 def evaluate(graph: Graph, args, given: dict | None = None) -> list:
