@@ -9,7 +9,8 @@ written twice with the same values:
 
 For each checkpoint plan ("none"; "layer": a checkpoint per layer, the layer's weights sliced
 outside it; "inside": the same, but each checkpoint's body slices the stacked weights it
-captures, `rm.checkpoint(lambda h: h + rm.tanh(h @ W[i] + b[i]), h)`) it prints
+captures, `rm.checkpoint(lambda h: h + rm.tanh(h @ W[i] + b[i]), h)`; "train": "layer" and an
+SGD update in the same step, which reads the stacked weights whole too) it prints
 
     first call   stacked / list: tracing, differentiating, lowering, compiling, one run;
     step         stacked / list: a step of the compiled program, until its results are ready.
@@ -34,7 +35,7 @@ from functools import partial
 from remat.bench.timing import round_robin, seconds
 
 TARGET = 1.3
-PLANS = ("none", "layer", "inside")
+PLANS = ("none", "layer", "inside", "train")
 
 
 def run(idiom: str, plan: str, depth: int, width: int, batch: int) -> dict[str, float]:
@@ -49,7 +50,13 @@ def run(idiom: str, plan: str, depth: int, width: int, batch: int) -> dict[str, 
     x = rm.asarray(np.random.default_rng(0).normal(size=(batch, width)), "float32")
     args = (params if idiom == "list" else models.stack_params(params), x)
     jax.block_until_ready(jax.numpy.zeros(1) + 1)  # start the runtime outside the clock
-    step = partial(rm.jit(rm.value_and_grad(lambda p, x: loss(p, x, idiom, plan)), backend="xla"), *args)
+    grad = rm.value_and_grad(lambda p, x: loss(p, x, idiom, plan))
+
+    def train(p, x):
+        value, g = grad(p, x)
+        return value, rm.tree.map(lambda w, d: w - 0.01 * d, p, g)
+
+    step = partial(rm.jit(train if plan == "train" else grad, backend="xla"), *args)
     first = seconds(step)
     for _ in range(3):
         seconds(step)
@@ -60,6 +67,7 @@ def loss(p, x, idiom: str, plan: str):
     import remat as rm
     from remat import models
 
+    plan = "layer" if plan == "train" else plan
     if idiom == "list":
         return models.residual_mlp_loss(p, x, "layer" if plan == "inside" else plan)
     w, b = p

@@ -201,23 +201,36 @@ def test_a_stacked_jax_array_is_sliced_in_place():
     np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
 
 
-def test_a_stacked_argument_also_read_whole_is_sliced_at_run_time_offsets():
-    # W is read whole too, so XLA gets it whole: its slices become takes at array-constant
-    # indices, which the executables take as arguments (one kernel for every layer).
+def _read_whole_too(stacked, x):
+    return _stacked_loss(stacked, x) + rm.sum(stacked[0] ** 2) * 1e-3  # its gradient reads w whole
+
+
+def test_a_stacked_argument_also_read_whole_reaches_xla_whole_and_sliced_on_the_host():
+    # W is read whole too (as by weight decay, or an optimizer's update in the step): XLA gets it
+    # whole for that read and its slices for the layers'; the layers' kernels are the list model's.
     _, stacked, x = _setup(depth=6)
+    lowered = rm.jit(rm.grad(_read_whole_too), backend="xla").lower(stacked, x)
+    graph = lowered._program.graph
+    assert [n.op for n in graph.nodes].count("slice") == 0 and "take" not in [n.op for n in graph.nodes]
+    assert [v.shape for v in graph.inputs] == [(6, D, D)] + [(1, D, D)] * 6 + [(1, D)] * 6 + [(B, D)]
+    got = lowered.compile()(stacked, x)
+    want = rm.jit(rm.grad(_read_whole_too))(stacked, x)
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), rtol=1e-12, atol=1e-14)
 
-    def loss(stacked, x):
-        return _stacked_loss(stacked, x) + rm.sum(stacked[0] ** 2) * 1e-3  # its gradient reads w whole
 
-    lowered = rm.jit(rm.grad(loss), backend="xla").lower(stacked, x)
+def test_a_donated_stacked_argument_also_read_whole_is_sliced_at_run_time_offsets():
+    # Donated, W is not sliced on the host (XLA may write its buffer, and the slices would be views
+    # of it): its slices become takes at array-constant indices, which reach XLA as arguments, not
+    # as constants of the program's text (one kernel for every layer, not one each).
+    _, stacked, x = _setup(depth=6)
+    want = rm.jit(rm.grad(_read_whole_too))(stacked, x)
+    lowered = rm.jit(rm.grad(_read_whole_too), backend="xla", donate_argnums=0).lower(stacked, x)
     ops = [n.op for n in lowered._program.graph.nodes]
     assert ops.count("take") == 6 and "slice" not in ops  # w's; b is sliced on the host
-    # The offsets reach XLA as six arguments, not as constants of the program's text (which
-    # would make each layer's kernel a kernel of its own again).
     main = re.search(r"func\.func public @main\(([^)]*)\)", lowered.as_text()).group(1)
     assert main.count("tensor<1xi32>") == 6
     got = lowered.compile()(stacked, x)
-    want = rm.jit(rm.grad(loss))(stacked, x)
     np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), rtol=1e-12, atol=1e-14)
 

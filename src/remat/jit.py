@@ -82,7 +82,7 @@ class Lowered:
         # arguments whole, where they lie on the devices.
         if backend == "xla" and shardings is None:
             graph, _ = slices_outside_blocks(graph)  # a block's slices of an argument are the host's too
-            graph, self._host = host_slices(graph)
+            graph, self._host = host_slices(graph, donated)
             graph = offsets_at_run_time(graph)
         placed = {} if shardings is None else {"in_shardings": shardings[0], "out_shardings": shardings[1]}
         # Donated arguments: the program's inputs that are whole donated arguments (a slice the

@@ -2,17 +2,20 @@
 
 A model whose layers read `W[i]` from one stacked argument would have XLA slice `W` at L
 offsets: on the CPU every slice is a kernel of its own, compiled and run apart, so an L-layer
-model compiles L more kernels than the same model given a list of weights (14 s against 3 s at
-64 layers, in JAX as in remat). Its gradient, the slices' cotangents laid side by side
-(remat/accumulate.py), is one `concat` of L pieces, another costly kernel. On the host both are
-free or nearly: a slice of a NumPy array (or of a JAX array on the CPU, seen through NumPy) is
-a view, and joining the pieces is one copy of the gradient. So the program takes the slices as
-arguments and returns the pieces; `HostSlices` slices the caller's arguments and joins the
-results, and the executables are those of the list-of-weights model.
+model compiles L more kernels than the same model given a list of weights (at 256 layers its
+first call took 3.9-5x the list model's, `benchmarks/stacked_weights.py`; sliced here, 0.9-1.2x).
+Its gradient, the slices' cotangents laid side by side (remat/accumulate.py), is one `concat` of
+L pieces, another costly kernel. On the host both are free or nearly: a slice of a NumPy array
+(or of a JAX array on the CPU, seen through NumPy) is a view, and joining the pieces is one copy
+of the gradient. So the program takes the slices as arguments and returns the pieces;
+`HostSlices` slices the caller's arguments and joins the results, and the executables are those
+of the list-of-weights model.
 
-An argument is sliced here when every node reading it is a unit-step slice cutting the same
-single axis (two or more of them); a result is joined here when it is a `concat` nothing else
-reads. Other slices keep their place in the program.
+An argument is sliced here when two or more nodes read it through unit-step slices cutting the
+same single axis; a result is joined here when it is a `concat` nothing else reads. An argument
+also read whole (a weight decay term, an optimizer's update in the same step) reaches the program
+whole as well, beside its slices, unless it is donated: XLA may write the buffer of a donated
+argument, and the slices are views of it. Other slices keep their place in the program.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import dataclasses
 import numpy as np
 
 from remat.graph import Graph
-from remat.stacked import readers, shared_cut
+from remat.stacked import readers, shared_cut, unit_step_cut
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +68,11 @@ class _Run:
                 for o in self._plan.outputs]
 
 
-def host_slices(graph: Graph) -> tuple[Graph, HostSlices | None]:
+def host_slices(graph: Graph, donated: tuple[int, ...] = ()) -> tuple[Graph, HostSlices | None]:
     """`graph` with its stacked arguments' slices as inputs and its joined results as pieces,
     and the plan to call it with; `(graph, None)` when there is nothing to move, or when JAX
-    runs on an accelerator, whose arrays are sliced on the device."""
+    runs on an accelerator, whose arrays are sliced on the device. `donated`: the positions of
+    arguments the caller gives up, sliced here only if nothing reads them whole."""
     import jax
 
     if jax.default_backend() != "cpu":
@@ -79,12 +83,17 @@ def host_slices(graph: Graph) -> tuple[Graph, HostSlices | None]:
     inputs, in_plan = [], []
     for pos, v in enumerate(graph.inputs):
         nodes = read_by.get(v, [])
-        axis = shared_cut(nodes) if v not in results and len(nodes) > 1 else None
-        if axis is None:
+        sliced = [n for n in nodes if unit_step_cut(n) is not None]
+        whole = len(sliced) < len(nodes)
+        axis = shared_cut(sliced) if v not in results and len(sliced) > 1 else None
+        if whole and pos in donated:
+            axis = None  # XLA may write a donated argument's buffer, of which slices are views
+        if axis is None or whole:
             inputs.append(v)
             in_plan.append((pos, None, 0, 0))
+        if axis is None:
             continue
-        for node in nodes:
+        for node in sliced:
             moved.add(id(node))
             inputs.append(node.outputs[0])
             in_plan.append((pos, axis, node.params["start"][axis], node.params["stop"][axis]))

@@ -3,13 +3,14 @@
 A model whose layers read `W[i]` from one stacked tensor slices `W` at L offsets. XLA bakes a
 static slice's offset into the kernel it fuses the slice into, so an L-layer model has L distinct
 kernels where a list of weights has one kernel for all layers, each compiled: the forward pass of
-a 64-layer MLP compiled in 7.5 s against 0.5 s (JAX, XLA:CPU). Here such slices become `take`s
-whose indices are array constants; the XLA backend hands array constants to its executables as
-arguments (backends/xla.py), so every layer's kernel is the same and compiled once (0.9 s). The
-values are those of the slices: the indices are the slices' own, in range.
+a 256-layer MLP (width 64) compiles in 1.9 s with static slices, 0.4 s with each offset a scalar
+argument, 0.2 s from a list (JAX 0.10, XLA:CPU). Here such slices become `take`s whose indices
+are one-element array constants; the XLA backend hands those to its executables as arguments
+(backends/xla.py), so every layer's kernel is the same and compiled once. The values are those
+of the slices: the indices are the slices' own, in range.
 
-On the CPU, arguments read only through such slices do not reach XLA whole at all
-(backends/host_slices.py); this is for the rest: accelerators, and tensors also read whole.
+On the CPU the stacked arguments' slices are mostly made on the host (backends/host_slices.py);
+this is for the rest: accelerators, and donated arguments also read whole.
 """
 
 from __future__ import annotations
