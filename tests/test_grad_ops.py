@@ -625,6 +625,19 @@ def f3(x, y, z):
 X, Y, Z = (rm.asarray(np.arange(n, n + 3, dtype=np.float32) / 3) for n in (1, 2, 3))
 
 
+def test_a_weights_gradient_under_batch_axes_is_one_product_over_all_rows():
+    # x (16, 8, 5) @ w (5, 3): w's gradient contracts the 128 rows in one product, never making
+    # a (16, 5, 3) product per batch entry to sum afterwards.
+    rng = np.random.default_rng(0)
+    x, w = rng.normal(size=(16, 8, 5)), rng.normal(size=(5, 3))
+    graph = rm.make_graph(rm.grad(lambda w, x: rm.sum(rm.tanh(x @ w))))(w, x)
+    assert [n.outputs[0].shape for n in graph.nodes if n.op == "matmul"][-1] == (5, 3)
+    assert not [n for n in graph.nodes if n.outputs and n.outputs[0].shape == (16, 5, 3)]
+    got = rm.grad(lambda w, x: rm.sum(rm.tanh(x @ w)))(w, x)
+    want = np.einsum("bri,brj->ij", x, 1 - np.tanh(x @ w) ** 2)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
 def test_argnums_int():
     np.testing.assert_allclose(rm.grad(f3, argnums=1)(X, Y, Z), np.sin(np.asarray(X)), rtol=1e-6)
 
