@@ -488,3 +488,18 @@ def test_the_first_call_benchmark_times_both_depths_of_each_variant():
         assert out["medians"][v] == float(np.median(out["ratios"][v]))
     # Four layers of (8, 8) float32 weights and batch 64: the gradients alone are 4 * (256 + 32) bytes.
     assert sorted(out["peaks"]) == ["remat", "remat-scan"] and all(b >= 4 * 288 for b in out["peaks"].values())
+
+
+@pytest.mark.claims
+def test_the_scanned_gpt_benchmark_compares_the_same_step_in_remat_and_jax():
+    # Not a timing claim: one round of each plan, each step in a process of its own; the two
+    # frameworks' steps start from the same loss, and each ratio is remat's median over JAX's.
+    script = os.path.join(ROOT, "benchmarks", "scanned_gpt_step.py")
+    done = subprocess.run([sys.executable, script, "--rounds", "1", "--json"], capture_output=True, text=True,
+                          timeout=600, check=True)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(out) == ["none", "step"]
+    for r in out.values():
+        assert r["ratio"] == pytest.approx(r["remat ms"] / r["jax ms"]) and r["range"] == [r["ratio"]] * 2
+        remat_loss, jax_loss = r["losses"]
+        assert remat_loss == pytest.approx(jax_loss, rel=1e-5) and 1.0 < remat_loss < 10.0
