@@ -23,9 +23,16 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from functools import partial
 
-from remat.bench.config import ScannedGPT
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import remat as rm
+from remat.bench import impl_jax, impl_remat
+from remat.bench.config import ScannedGPT, inputs
 from remat.bench.timing import round_robin
 
 SIZE = ScannedGPT(layers=4, d_model=128, heads=4, seq=64, batch=16, vocab=256)
@@ -35,9 +42,6 @@ LR, DECAY = 1e-3, 0.01
 
 
 def remat_step(plan: str):
-    import remat as rm
-    from remat.bench import impl_remat
-
     loss = impl_remat.loss_fn(SIZE, plan)
     opt = rm.optim.adamw(LR, weight_decay=DECAY)
 
@@ -50,11 +54,6 @@ def remat_step(plan: str):
 
 
 def jax_step(plan: str):
-    import jax
-    import jax.numpy as jnp
-
-    from remat.bench import impl_jax
-
     loss = impl_jax.loss_fn(SIZE, plan)
     b1, b2, eps = 0.9, 0.999, 1e-8
 
@@ -79,13 +78,6 @@ def jax_step(plan: str):
 
 def run(framework: str, plan: str) -> dict:
     """In this process: the median seconds of a step, and the loss at the initial parameters."""
-    import time
-
-    import jax
-    import numpy as np
-
-    from remat.bench.config import inputs
-
     jax.block_until_ready(jax.numpy.zeros(1) + 1)  # start the runtime outside the clock
     step, init = (remat_step if framework == "remat" else jax_step)(plan)
     params, data = inputs(SIZE)
