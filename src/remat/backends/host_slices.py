@@ -85,9 +85,9 @@ def host_slices(graph: Graph, donated: tuple[int, ...] = ()) -> tuple[Graph, Hos
         nodes = read_by.get(v, [])
         sliced = [n for n in nodes if unit_step_cut(n) is not None]
         whole = len(sliced) < len(nodes)
-        axis = shared_cut(sliced) if v not in results and len(sliced) > 1 else None
-        if whole and pos in donated:
-            axis = None  # XLA may write a donated argument's buffer, of which slices are views
+        # Not a donated argument also read whole: XLA may write its buffer, of which slices are views.
+        cuttable = v not in results and len(sliced) > 1 and not (whole and pos in donated)
+        axis = shared_cut(sliced) if cuttable else None
         if axis is None or whole:
             inputs.append(v)
             in_plan.append((pos, None, 0, 0))
