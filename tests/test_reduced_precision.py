@@ -193,11 +193,6 @@ def _example():
     return train_gpt_adamw
 
 
-def _jax_value_and_grad(master, data, dtype, heads):
-    # jitted: JAX's op-by-op dispatch took 11 s of the test's 12
-    return jax.jit(jax.value_and_grad(_jax_loss), static_argnums=(2, 3))(master, data, dtype, heads)
-
-
 def _jax_loss(master, data, dtype, heads):
     """The example's loss written in JAX: the same casts, JAX's own layer norm, softmax and gelu."""
     from remat.bench import impl_jax
@@ -211,6 +206,11 @@ def _jax_loss(master, data, dtype, heads):
     logits = impl_jax._layer_norm(h, p["lnf_g"], p["lnf_b"]) @ p["head"]
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+
+
+# Jitted (JAX's op-by-op dispatch took 11 s of the test's 12), and once for the module, so that
+# both backends' tests use one compiled oracle per dtype.
+_jax_value_and_grad = jax.jit(jax.value_and_grad(_jax_loss), static_argnums=(2, 3))
 
 
 def _rel(a, b) -> float:
