@@ -503,3 +503,25 @@ def test_the_scanned_gpt_benchmark_compares_the_same_step_in_remat_and_jax():
         assert r["ratio"] == pytest.approx(r["remat ms"] / r["jax ms"]) and r["range"] == [r["ratio"]] * 2
         remat_loss, jax_loss = r["losses"]
         assert remat_loss == pytest.approx(jax_loss, rel=1e-5) and 1.0 < remat_loss < 10.0
+
+
+@pytest.mark.claims
+def test_the_savings_kept_benchmark_sets_remat_beside_jax_with_the_same_savings():
+    # Not a timing claim: a small model, three rounds. JAX's conditional per layer keeps what
+    # remat's checkpoint per layer keeps (XLA's report of both executables), every step computes
+    # the same loss, and each ratio is the median of its rounds' ratios.
+    script = os.path.join(ROOT, "benchmarks", "jax_savings_kept.py")
+    done = subprocess.run([sys.executable, script, "--layers", "8", "--width", "64", "--batch", "128", "--rounds",
+                           "3", "--json"], capture_output=True, text=True, timeout=600, check=True)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    steps = ["jax kept", "jax none", "remat none", "remat per layer"]
+    assert sorted(out["times"]) == sorted(out["held"]) == sorted(out["losses"]) == steps
+    losses = list(out["losses"].values())
+    assert max(losses) - min(losses) <= 1e-6 * abs(losses[0])
+    held = out["held"]
+    assert held["jax kept"] < 0.8 * held["jax none"] and held["remat per layer"] < 0.8 * held["remat none"]
+    assert held["remat per layer"] <= held["jax kept"] * 1.05
+    times = out["times"]
+    kept = [a / b for a, b in zip(times["remat per layer"], times["jax kept"])]
+    assert out["ratios"]["remat per layer / jax kept"] == pytest.approx(float(np.median(kept)))
+    assert out["ranges"]["remat per layer / jax kept"] == [min(kept), max(kept)]

@@ -1,0 +1,148 @@
+"""remat's checkpoint per layer against the one way JAX keeps a checkpoint's savings on the CPU.
+
+On XLA:CPU `jax.checkpoint` outside a `lax.scan` saves nothing, and so costs nothing: XLA drops
+its optimization barriers and merges the recomputation with the forward pass, so its step is its
+plain step (`remat bench`'s jax.checkpoint column: peak 1.02x, time 1.02x of no checkpoint). The
+form that does keep the savings of a checkpoint per layer in JAX is the one issue 25 measured:
+each layer a `jax.custom_vjp` whose backward recomputes the layer and takes its VJP inside
+`lax.cond` on a run-time predicate (XLA scopes a branch's buffers to the branch). This benchmark
+sets remat's checkpoint per layer beside that, on the residual MLP of `remat.models` (L layers of
+`h + tanh(h @ w + b)`, loss `mean(h * h)`; 32 layers, width 256, batch 1024 by default, as
+`remat bench`), and each framework's plain step beside its checkpointed one.
+
+A step is `value_and_grad` with respect to the parameters, compiled once (`rm.jit(...,
+backend="xla")`, `jax.jit`) on device-resident inputs. The four steps run in one process, in
+rotated order every round; each ratio is the median of its per-round ratios. What each step holds
+is XLA's buffer report of its executable (temporaries, outputs and library scratch, the caller's
+arguments left out), read the same way for both frameworks.
+
+    python benchmarks/jax_savings_kept.py [--layers 32 --width 256 --batch 1024 --rounds 15] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import jax
+import jax.numpy as jnp
+
+import remat as rm
+from remat.backends.xla import ExecutableMemory
+from remat.backends.xla_scratch import library_scratch
+from remat.bench import timing
+from remat.bench.config import MLP, inputs
+from remat.models import residual_mlp_loss
+
+TARGET = 1.05  # remat's checkpoint per layer / JAX's with the same savings kept
+
+
+def _layer(p, h):
+    return h + jnp.tanh(h @ p[0] + p[1])
+
+
+@jax.custom_vjp
+def _kept_layer(p, h, run):
+    return _layer(p, h)
+
+
+def _kept_forward(p, h, run):
+    return _layer(p, h), (p, h, run)  # what the layer keeps: its input, as a checkpoint does
+
+
+def _kept_backward(saved, g):
+    p, h, run = saved
+
+    def recompute_and_vjp(p, h, g):
+        return jax.vjp(_layer, p, h)[1](g)
+
+    def nothing(p, h, g):
+        return jax.tree.map(jnp.zeros_like, p), jnp.zeros_like(h)
+
+    # `run` is always true, but only at run time: XLA cannot inline the branch, so the layer's
+    # recomputed values live in the branch's own buffers and are freed when it returns.
+    gp, gh = jax.lax.cond(run, recompute_and_vjp, nothing, p, h, g)
+    return gp, gh, None
+
+
+_kept_layer.defvjp(_kept_forward, _kept_backward)
+
+
+def _jax_loss(params, x, run, kept: bool):
+    h = x
+    for p in params:
+        h = _kept_layer(p, h, run) if kept else _layer(p, h)
+    return jnp.mean(h * h)
+
+
+def _jax_step(kept: bool, params, x):
+    run = jnp.asarray(True)
+    compiled = jax.jit(jax.value_and_grad(_jax_loss), static_argnums=3).lower(params, x, run, kept).compile()
+    return (lambda: compiled(params, x, run)), compiled
+
+
+def _remat_step(plan: str, params, x):
+    compiled = rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, plan)), backend="xla").lower(
+        params, x).compile()
+    return (lambda: compiled(params, x)), compiled
+
+
+def _held(compiled: jax.stages.Compiled) -> int:
+    analysis = compiled.memory_analysis()
+    return ExecutableMemory(int(analysis.temp_size_in_bytes), int(analysis.output_size_in_bytes),
+                            library_scratch(compiled.as_text())).peak
+
+
+def measure(layers: int, width: int, batch: int, rounds: int) -> dict:
+    """Step times (seconds, round by round), the ratios, what each step holds, and each loss."""
+    params, x = inputs(MLP(depth=layers, width=width, batch=batch))
+    jparams, jx = jax.device_put(([(jnp.asarray(w), jnp.asarray(b)) for w, b in params], x))
+    rparams, rx = jax.device_put((params, x))
+    built = {"remat none": _remat_step("none", rparams, rx), "remat per layer": _remat_step("layer", rparams, rx),
+             "jax none": _jax_step(False, jparams, jx), "jax kept": _jax_step(True, jparams, jx)}
+    steps = {name: run for name, (run, _) in built.items()}
+    losses = {name: float(timing.ready(run())[0]) for name, run in steps.items()}
+    for run in steps.values():
+        timing.ready(run())  # the second run settles XLA's buffers
+    held = {"remat none": built["remat none"][1].last_memory.peak,
+            "remat per layer": built["remat per layer"][1].last_memory.peak,
+            "jax none": _held(built["jax none"][1]), "jax kept": _held(built["jax kept"][1])}
+    times = timing.interleaved(steps, rounds)
+    pairs = {"remat per layer / jax kept": ("remat per layer", "jax kept"),
+             "remat none / jax none": ("remat none", "jax none"),
+             "remat per layer / remat none": ("remat per layer", "remat none"),
+             "jax kept / jax none": ("jax kept", "jax none")}
+    ratios = {label: timing.ratios(times[a], times[b]) for label, (a, b) in pairs.items()}
+    return {"times": times, "ratios": {k: statistics.median(v) for k, v in ratios.items()},
+            "ranges": {k: (min(v), max(v)) for k, v in ratios.items()}, "held": held, "losses": losses}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--layers", type=int, default=32)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    got = measure(a.layers, a.width, a.batch, a.rounds)
+    ratio = got["ratios"]["remat per layer / jax kept"]
+    if a.json:
+        print(json.dumps(got))
+        return 0
+    print(f"residual MLP, {a.layers} layers, width {a.width}, batch {a.batch}; {a.rounds} rounds, interleaved")
+    for name, held in got["held"].items():
+        plain = got["held"]["remat none" if name.startswith("remat") else "jax none"]
+        print(f"  {name:<16} step {statistics.median(got['times'][name]) * 1e3:7.1f} ms  holds "
+              f"{held / 2**20:6.1f} MiB ({held / plain:.2f}x of its plain step)  loss {got['losses'][name]:.6f}")
+    for label, r in got["ratios"].items():
+        lo, hi = got["ranges"][label]
+        print(f"  {label:<30} {r:.3f}x  ({lo:.3f}-{hi:.3f})")
+    print(f"  target: remat per layer / jax kept <= {TARGET}  " + ("ok" if ratio <= TARGET else "NOT MET"))
+    return 0 if ratio <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
