@@ -5,7 +5,7 @@ its optimization barriers and merges the recomputation with the forward pass, so
 plain step (`remat bench`'s jax.checkpoint column: peak 1.02x, time 1.02x of no checkpoint). The
 form that does keep the savings of a checkpoint per layer in JAX is the one issue 25 measured:
 each layer a `jax.custom_vjp` whose backward recomputes the layer and takes its VJP inside
-`lax.cond` on a run-time predicate (XLA scopes a branch's buffers to the branch). This benchmark
+`lax.cond` on a run-time predicate (`remat.bench.impl_jax.kept`). This benchmark
 sets remat's checkpoint per layer beside that, on the residual MLP of `remat.models` (L layers of
 `h + tanh(h @ w + b)`, loss `mean(h * h)`; 32 layers, width 256, batch 1024 by default, as
 `remat bench`), and each framework's plain step beside its checkpointed one.
@@ -32,48 +32,20 @@ import jax.numpy as jnp
 import remat as rm
 from remat.backends.xla import ExecutableMemory
 from remat.backends.xla_scratch import library_scratch
-from remat.bench import timing
+from remat.bench import impl_jax, timing
 from remat.bench.config import MLP, inputs
 from remat.models import residual_mlp_loss
 
 TARGET = 1.05  # remat's checkpoint per layer / JAX's with the same savings kept
 
 
-def _layer(p, h):
-    return h + jnp.tanh(h @ p[0] + p[1])
-
-
-@jax.custom_vjp
-def _kept_layer(p, h, run):
-    return _layer(p, h)
-
-
-def _kept_forward(p, h, run):
-    return _layer(p, h), (p, h, run)  # what the layer keeps: its input, as a checkpoint does
-
-
-def _kept_backward(saved, g):
-    p, h, run = saved
-
-    def recompute_and_vjp(p, h, g):
-        return jax.vjp(_layer, p, h)[1](g)
-
-    def nothing(p, h, g):
-        return jax.tree.map(jnp.zeros_like, p), jnp.zeros_like(h)
-
-    # `run` is always true, but only at run time: XLA cannot inline the branch, so the layer's
-    # recomputed values live in the branch's own buffers and are freed when it returns.
-    gp, gh = jax.lax.cond(run, recompute_and_vjp, nothing, p, h, g)
-    return gp, gh, None
-
-
-_kept_layer.defvjp(_kept_forward, _kept_backward)
+_kept_layer = impl_jax.kept(impl_jax.mlp_layer)
 
 
 def _jax_loss(params, x, run, kept: bool):
     h = x
     for p in params:
-        h = _kept_layer(p, h, run) if kept else _layer(p, h)
+        h = _kept_layer(p, h, run) if kept else impl_jax.mlp_layer(p, h)
     return jnp.mean(h * h)
 
 

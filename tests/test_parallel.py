@@ -67,6 +67,11 @@ for plan in plans:
     reference = jax.jit(jax.value_and_grad(setup.jax_loss), static_argnums=(2,), in_shardings=shardings,
                         out_shardings=(setup.sharding(), shardings[0]))
     jax_counts, jax_sizes = collectives([reference.lower(laid, data, plan).compile().as_text()])
+    kept_counts = kept_sizes = None
+    if plan == "layer":  # JAX's program that keeps the savings on the CPU: a conditional per block
+        kept = jax.jit(jax.value_and_grad(lambda p, d, run: setup.jax_loss(p, d, "kept", run)),
+                       in_shardings=(*shardings, None), out_shardings=(setup.sharding(), shardings[0]))
+        kept_counts, kept_sizes = collectives([kept.lower(laid, data, jax.numpy.asarray(True)).compile().as_text()])
     for mode in modes:
         xla.default_branches = lambda: mode == "branches"
         step = rm.jit(rm.value_and_grad(setup.loss), backend="xla", static_argnums=(2,),
@@ -83,6 +88,7 @@ for plan in plans:
             "grads_placed": all(placed), "executables": len(ex),
             "conditionals": sum(e.as_text().count(" conditional(") for e in ex),
             "counts": counts, "bytes": sizes, "jax_counts": jax_counts, "jax_bytes": jax_sizes,
+            "kept_counts": kept_counts, "kept_bytes": kept_sizes,
         }
 print(json.dumps(out))
 """
@@ -162,6 +168,22 @@ def test_the_loss_marks_the_residual_stream_split_over_data():
     assert float(got) == pytest.approx(float(models.gpt_loss(params, data, "none", CONFIG.heads)), rel=1e-6)
 
 
+def test_jax_loss_with_its_blocks_kept_computes_the_plain_gradient_and_asks_for_run():
+    import jax
+
+    params, data = inputs(CONFIG)
+    setup = parallel.data_parallel(one_device_mesh("data"), CONFIG.heads)
+    step = jax.jit(jax.value_and_grad(setup.jax_loss), static_argnums=(2,))
+    (plain, want), (kept, got) = step(params, data, "none"), step(params, data, "kept", jax.numpy.asarray(True))
+    assert float(kept) == pytest.approx(float(plain), rel=1e-6)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
+    text = step.lower(params, data, "kept", jax.numpy.asarray(True)).compile().as_text()
+    assert text.count(" conditional(") == CONFIG.layers  # a block's backward each
+    with pytest.raises(rm.errors.ArgumentValueError, match='plan "kept" branches on `run`'):
+        setup.jax_loss(params, data, "kept")
+
+
 def test_collectives_are_counted_and_sized_from_hlo_text():
     text = """
       %all-reduce.3 = f32[2,16,32]{2,1,0} all-reduce(f32[2,16,32]{2,1,0} %bitcast.11), channel_id=1
@@ -214,6 +236,18 @@ def check_step(r: dict, mode: str, mesh_axes: int) -> None:
 @pytest.mark.parametrize("name", list(MESHES))
 def test_sharded_checkpointed_gradients_equal_one_devices(name, mode, plan):
     check_step(swept(name)[f"{mode}/{plan}"], mode, mesh_axes=sum(n > 1 for n in MESHES[name]))
+
+
+@pytest.mark.claims
+@pytest.mark.parametrize("name", list(MESHES))
+def test_conditionals_issue_the_collectives_of_jaxs_program_that_keeps_the_same_savings(name):
+    # The all-reduces a conditional adds (`check_step`) are what keeping the savings costs on the
+    # CPU, in JAX too: its blocks written as conditionals (`impl_jax.kept`) issue remat's
+    # collectives, count and bytes, on every mesh.
+    r = swept(name)["branches/layer"]
+    assert r["conditionals"] == CONFIG.layers
+    assert r["counts"] == r["kept_counts"] and r["bytes"] == r["kept_bytes"], r
+    assert r["counts"]["all-reduce"] > r["jax_counts"]["all-reduce"], r  # jax.checkpoint keeps no savings here
 
 
 @pytest.mark.claims

@@ -109,10 +109,13 @@ class Setup:
         h = models.checkpointed(layers, rm.shard(models._embed(params, tokens), stream), plan)
         return models._next_token_loss(params, h, targets)
 
-    def jax_loss(self, params: dict, data, plan: str | int = "none"):
+    def jax_loss(self, params: dict, data, plan: str | int = "none", run=None):
         """The same model written directly in JAX (`remat.bench.impl_jax`, `jax.checkpoint`),
         with the same annotations (`jax.lax.with_sharding_constraint`): what `jax.jit` makes of
-        it with the same shardings is the yardstick for the collectives remat's programs hold."""
+        it with the same shardings is the yardstick for the collectives remat's programs hold.
+        Plan "kept": each block checkpointed so that XLA:CPU keeps the savings (`impl_jax.kept`:
+        its recomputation and VJP in a conditional on `run`, a boolean argument of the step passed
+        true), the yardstick for remat's conditionals on the CPU."""
         import jax
 
         from remat.bench import impl_jax
@@ -127,7 +130,15 @@ class Setup:
             return block(p, jax.lax.with_sharding_constraint(h, stream), self.heads, mask)
 
         h = jax.lax.with_sharding_constraint(params["tok"][tokens] + params["pos"], stream)
-        h = impl_jax._checkpointed(layer, params["blocks"], h, plan)
+        if plan == "kept":
+            if run is None:
+                raise ArgumentValueError('jax_loss: plan "kept" branches on `run`, a boolean argument of the step; '
+                                         "pass it (true)")
+            kept = impl_jax.kept(layer)
+            for p in params["blocks"]:
+                h = kept(p, h, run)
+        else:
+            h = impl_jax._checkpointed(layer, params["blocks"], h, plan)
         return impl_jax._next_token_loss(params, h, targets)
 
     @property

@@ -32,8 +32,40 @@ def _checkpointed(layer, layer_params: list, h, plan: str):
     return h
 
 
+def kept(layer):
+    """`layer(p, h)` checkpointed in the form whose savings XLA:CPU keeps, as `f(p, h, run)`.
+
+    On the CPU XLA drops `jax.checkpoint`'s optimization barriers and merges the recomputation
+    with the forward pass: no memory saved, none recomputed. It does scope the buffers made inside
+    a conditional's branch to that branch. So here the layer is a `jax.custom_vjp` that keeps its
+    parameters and input, and whose backward recomputes it and takes its VJP inside `lax.cond` on
+    `run`: a boolean the step takes as an argument and is passed true (a constant would let XLA
+    inline the branch). Issue 25 measured this form; it is JAX's yardstick for remat's checkpoints
+    that keep their savings (`benchmarks/jax_savings_kept.py`, the sharded collectives' tests)."""
+
+    @jax.custom_vjp
+    def layer_kept(p, h, run):
+        return layer(p, h)
+
+    def forward(p, h, run):
+        return layer(p, h), (p, h, run)
+
+    def backward(saved, g):
+        p, h, run = saved
+        gp, gh = jax.lax.cond(run, lambda p, h, g: jax.vjp(layer, p, h)[1](g),
+                              lambda p, h, g: (jax.tree.map(jnp.zeros_like, p), jnp.zeros_like(h)), p, h, g)
+        return gp, gh, None
+
+    layer_kept.defvjp(forward, backward)
+    return layer_kept
+
+
+def mlp_layer(p, h):
+    return h + jnp.tanh(h @ p[0] + p[1])
+
+
 def mlp_loss(params, x, plan: str):
-    h = _checkpointed(lambda p, h: h + jnp.tanh(h @ p[0] + p[1]), params, x, plan)
+    h = _checkpointed(mlp_layer, params, x, plan)
     return jnp.mean(h * h)
 
 
