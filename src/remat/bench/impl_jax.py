@@ -1,6 +1,7 @@
 """The benchmark models written directly in JAX, checkpointed with `jax.checkpoint`; the loop
 models as `jax.lax.scan` over stacked weights or time steps, with `jax.checkpoint` around the step
-("step") or around scans of ⌈√T⌉ steps ("sqrt"). JAX has no binomial schedule."""
+("step") or around scans of ⌈√T⌉ steps ("sqrt"). JAX has no binomial schedule. And `kept`: a layer
+checkpointed in the form whose savings XLA:CPU keeps, where `jax.checkpoint` keeps none."""
 
 from __future__ import annotations
 
