@@ -5,7 +5,7 @@ its optimization barriers and merges the recomputation with the forward pass, so
 plain step (`remat bench`'s jax.checkpoint column: peak 1.02x, time 1.02x of no checkpoint). The
 form that does keep the savings of a checkpoint per layer in JAX is the one issue 25 measured:
 each layer a `jax.custom_vjp` whose backward recomputes the layer and takes its VJP inside
-`lax.cond` on a run-time predicate (`remat.bench.impl_jax.kept`). This benchmark
+`lax.cond` on a run-time predicate (`remat.bench.impl_jax`, plan "kept"). This benchmark
 sets remat's checkpoint per layer beside that, on the residual MLP of `remat.models` (L layers of
 `h + tanh(h @ w + b)`, loss `mean(h * h)`; 32 layers, width 256, batch 1024 by default, as
 `remat bench`), and each framework's plain step beside its checkpointed one.
@@ -31,7 +31,6 @@ import jax.numpy as jnp
 
 import remat as rm
 from remat.backends.xla import ExecutableMemory
-from remat.backends.xla_scratch import library_scratch
 from remat.bench import impl_jax, timing
 from remat.bench.config import MLP, inputs
 from remat.models import residual_mlp_loss
@@ -39,48 +38,29 @@ from remat.models import residual_mlp_loss
 TARGET = 1.05  # remat's checkpoint per layer / JAX's with the same savings kept
 
 
-_kept_layer = impl_jax.kept(impl_jax.mlp_layer)
-
-
-def _jax_loss(params, x, run, kept: bool):
-    h = x
-    for p in params:
-        h = _kept_layer(p, h, run) if kept else impl_jax.mlp_layer(p, h)
-    return jnp.mean(h * h)
-
-
-def _jax_step(kept: bool, params, x):
-    run = jnp.asarray(True)
-    compiled = jax.jit(jax.value_and_grad(_jax_loss), static_argnums=3).lower(params, x, run, kept).compile()
-    return (lambda: compiled(params, x, run)), compiled
+def _jax_step(plan: str, params, x):
+    """(the step as a function of nothing, the bytes its executable holds)."""
+    run = jnp.asarray(True)  # plan "kept" branches on it; a run-time value, so XLA keeps the branch
+    compiled = jax.jit(jax.value_and_grad(impl_jax.mlp_loss), static_argnums=2).lower(params, x, plan, run).compile()
+    return (lambda: compiled(params, x, run)), (lambda: ExecutableMemory.of(compiled).peak)
 
 
 def _remat_step(plan: str, params, x):
     compiled = rm.jit(rm.value_and_grad(lambda p, x: residual_mlp_loss(p, x, plan)), backend="xla").lower(
         params, x).compile()
-    return (lambda: compiled(params, x)), compiled
-
-
-def _held(compiled: jax.stages.Compiled) -> int:
-    analysis = compiled.memory_analysis()
-    return ExecutableMemory(int(analysis.temp_size_in_bytes), int(analysis.output_size_in_bytes),
-                            library_scratch(compiled.as_text())).peak
+    return (lambda: compiled(params, x)), (lambda: compiled.last_memory.peak)  # known once it has run
 
 
 def measure(layers: int, width: int, batch: int, rounds: int) -> dict:
     """Step times (seconds, round by round), the ratios, what each step holds, and each loss."""
-    params, x = inputs(MLP(depth=layers, width=width, batch=batch))
-    jparams, jx = jax.device_put(([(jnp.asarray(w), jnp.asarray(b)) for w, b in params], x))
-    rparams, rx = jax.device_put((params, x))
-    built = {"remat none": _remat_step("none", rparams, rx), "remat per layer": _remat_step("layer", rparams, rx),
-             "jax none": _jax_step(False, jparams, jx), "jax kept": _jax_step(True, jparams, jx)}
+    params, x = jax.device_put(inputs(MLP(depth=layers, width=width, batch=batch)))
+    built = {"remat none": _remat_step("none", params, x), "remat per layer": _remat_step("layer", params, x),
+             "jax none": _jax_step("none", params, x), "jax kept": _jax_step("kept", params, x)}
     steps = {name: run for name, (run, _) in built.items()}
     losses = {name: float(timing.ready(run())[0]) for name, run in steps.items()}
     for run in steps.values():
         timing.ready(run())  # the second run settles XLA's buffers
-    held = {"remat none": built["remat none"][1].last_memory.peak,
-            "remat per layer": built["remat per layer"][1].last_memory.peak,
-            "jax none": _held(built["jax none"][1]), "jax kept": _held(built["jax kept"][1])}
+    held = {name: peak() for name, (_, peak) in built.items()}
     times = timing.interleaved(steps, rounds)
     pairs = {"remat per layer / jax kept": ("remat per layer", "jax kept"),
              "remat none / jax none": ("remat none", "jax none"),

@@ -130,15 +130,7 @@ class Setup:
             return block(p, jax.lax.with_sharding_constraint(h, stream), self.heads, mask)
 
         h = jax.lax.with_sharding_constraint(params["tok"][tokens] + params["pos"], stream)
-        if plan == "kept":
-            if run is None:
-                raise ArgumentValueError('jax_loss: plan "kept" branches on `run`, a boolean argument of the step; '
-                                         "pass it (true)")
-            kept = impl_jax.kept(layer)
-            for p in params["blocks"]:
-                h = kept(p, h, run)
-        else:
-            h = impl_jax._checkpointed(layer, params["blocks"], h, plan)
+        h = impl_jax._checkpointed(layer, params["blocks"], h, plan, run)
         return impl_jax._next_token_loss(params, h, targets)
 
     @property

@@ -115,6 +115,13 @@ class ExecutableMemory:
     def peak(self) -> int:
         return self.temp + self.outputs + self.scratch
 
+    @classmethod
+    def of(cls, executable: jax.stages.Compiled) -> ExecutableMemory:
+        """The figures of a compiled executable, remat's or `jax.jit`'s."""
+        analysis = executable.memory_analysis()
+        return cls(int(analysis.temp_size_in_bytes), int(analysis.output_size_in_bytes),
+                   library_scratch(executable.as_text()))
+
 
 class Program:
     """A Graph lowered for XLA. `str()` is the StableHLO; `compile()` gives the callable that runs it.
@@ -171,10 +178,7 @@ class Program:
         """XLA's buffer report of the compiled program (compiled now if it is not yet), and its
         library fusions' scratch."""
         if self._memory is None:  # read when asked: the module's text costs a few percent of a compile
-            executable = self.executable()
-            analysis = executable.memory_analysis()
-            self._memory = ExecutableMemory(int(analysis.temp_size_in_bytes), int(analysis.output_size_in_bytes),
-                                            library_scratch(executable.as_text()))
+            self._memory = ExecutableMemory.of(self.executable())
         return self._memory
 
     def as_text(self) -> str:

@@ -11,11 +11,20 @@ import jax
 import jax.numpy as jnp
 
 from remat.bench.config import NotSupported, loss_of
+from remat.errors import ArgumentValueError
 from remat.models import causal_mask, segment_length, segments
 
 
-def _checkpointed(layer, layer_params: list, h, plan: str):
-    """`layer(p, h)` for each `p` of `layer_params`, with the checkpoints of `plan`."""
+def _checkpointed(layer, layer_params: list, h, plan: str, run=None):
+    """`layer(p, h)` for each `p` of `layer_params`, with the checkpoints of `plan`; plan "kept":
+    each layer as `kept` makes it, branching on `run`."""
+    if plan == "kept":
+        if run is None:
+            raise ArgumentValueError('plan "kept" branches on `run`, a boolean argument of the step; pass it (true)')
+        layer = kept(layer)
+        for p in layer_params:
+            h = layer(p, h, run)
+        return h
     seg = segment_length(plan, len(layer_params))
     if seg == 0:
         for p in layer_params:
@@ -42,7 +51,8 @@ def kept(layer):
     parameters and input, and whose backward recomputes it and takes its VJP inside `lax.cond` on
     `run`: a boolean the step takes as an argument and is passed true (a constant would let XLA
     inline the branch). Issue 25 measured this form; it is JAX's yardstick for remat's checkpoints
-    that keep their savings (`benchmarks/jax_savings_kept.py`, the sharded collectives' tests)."""
+    that keep their savings (plan "kept": `benchmarks/jax_savings_kept.py`, the sharded
+    collectives' tests)."""
 
     @jax.custom_vjp
     def layer_kept(p, h, run):
@@ -65,8 +75,8 @@ def mlp_layer(p, h):
     return h + jnp.tanh(h @ p[0] + p[1])
 
 
-def mlp_loss(params, x, plan: str):
-    h = _checkpointed(mlp_layer, params, x, plan)
+def mlp_loss(params, x, plan: str, run=None):
+    h = _checkpointed(mlp_layer, params, x, plan, run)
     return jnp.mean(h * h)
 
 
