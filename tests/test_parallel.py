@@ -12,8 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
+from jax.sharding import Mesh
 
 import remat as rm
 from multidevice import environment, run, run_file
@@ -129,9 +131,6 @@ def test_head_major_layout_round_trips_and_computes_the_same_model():
 
 
 def one_device_mesh(*names):
-    import jax
-    from jax.sharding import Mesh
-
     return Mesh(np.array(jax.devices()[:1]).reshape((1,) * len(names)), names)
 
 
@@ -169,8 +168,6 @@ def test_the_loss_marks_the_residual_stream_split_over_data():
 
 
 def test_jax_loss_with_its_blocks_kept_computes_the_plain_gradient_and_asks_for_run():
-    import jax
-
     params, data = inputs(CONFIG)
     setup = parallel.data_parallel(one_device_mesh("data"), CONFIG.heads)
     step = jax.jit(jax.value_and_grad(setup.jax_loss), static_argnums=(2,))
